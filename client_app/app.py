@@ -1,0 +1,81 @@
+"""ClientApp: local training (SPEC 1.2) and federated evaluation on the node's partition.
+
+Thin Flower glue: the maths is in `local_update`, data and model are cached per process.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
+
+from feddata import load_client_data, spec_of
+from models import build_model
+from models.evaluation import evaluate as evaluate_model
+from run_config import resolve
+
+from .local_update import LocalConfig, local_update
+
+app = ClientApp()
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "cuda" or (name == "auto" and torch.cuda.is_available()):
+        return torch.device("cuda:0")
+    return torch.device("cpu")
+
+
+@functools.lru_cache(maxsize=4)
+def _model(name: str, in_shape: tuple, num_classes: int, gn_groups: int, device: str):
+    return build_model(name, in_shape, num_classes, gn_groups).to(device)
+
+
+def setup(msg: Message, context: Context):
+    """Resolved config, this node's data, and the model holding the broadcast weights."""
+    cfg = resolve(context.run_config)
+    try:
+        pid = int(context.node_config["partition-id"])
+        nparts = int(context.node_config["num-partitions"])
+    except KeyError as err:
+        raise KeyError(
+            f"node config lacks {err}: start the SuperNode with "
+            "--node-config \"partition-id=<i> num-partitions=<n>\""
+        ) from None
+    data = load_client_data(cfg, pid, nparts)
+    spec = spec_of(cfg)
+    device = pick_device(cfg["device"])
+    model = _model(cfg["model"], spec.in_shape, spec.num_classes, cfg["gn-groups"], str(device))
+    state = msg.content["arrays"].to_torch_state_dict()
+    model.load_state_dict(state, strict=True)
+    return cfg, pid, data, model, device
+
+
+@app.train()
+def train(msg: Message, context: Context) -> Message:
+    cfg, pid, data, model, device = setup(msg, context)
+    c = msg.content["config"]
+    local = LocalConfig(
+        lr=float(c["lr"]), local_epochs=int(c["local-epochs"]),
+        local_iterations=int(c["local-iterations"]), batch_size=int(c["batch-size"]),
+        alpha=float(c["alpha"]), beta=float(c["beta"]), grad_clip=float(c["grad-clip"]),
+        local_momentum=float(c["local-momentum"]), weight_decay=float(c["weight-decay"]),
+        local_gc_layers=int(c["local-gc-layers"]), gc_vectors=str(c["gc-vectors"]),
+    )
+    # Same seed, round and partition -> the same mini-batches in every process.
+    gen = torch.Generator().manual_seed((int(c["seed"]) * 1_000_003 + int(c["server-round"])) * 100_003 + pid)
+    metrics = local_update(model, data.train_x, data.train_y, local, gen)
+    metrics["num-examples"] = len(data.train_y)
+    content = RecordDict({"arrays": ArrayRecord(model.state_dict()), "metrics": MetricRecord(metrics)})
+    return Message(content=content, reply_to=msg)
+
+
+@app.evaluate()
+def evaluate(msg: Message, context: Context) -> Message:
+    _, _, data, model, _ = setup(msg, context)
+    loss, acc = evaluate_model(model, data.val_x, data.val_y)
+    metrics = {"num-examples": len(data.val_y)}
+    if len(data.val_y):
+        metrics.update({"eval-loss": loss, "eval-acc": acc})
+    return Message(content=RecordDict({"metrics": MetricRecord(metrics)}), reply_to=msg)

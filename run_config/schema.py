@@ -1,0 +1,144 @@
+"""Every run-config key, defined once: type, default, allowed values and help text.
+
+The same table drives validation (`run_config.resolve`), the `[tool.flwr.app.config]` section of
+pyproject.toml (a test keeps them equal) and the README's key table
+(`python -m run_config --markdown`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+PRESET = "preset"  # value of a preset-controlled key that means "take it from `method`"
+
+
+@dataclass(frozen=True)
+class Key:
+    name: str
+    kind: type  # bool, int, float or str
+    default: Any
+    help: str
+    group: str
+    choices: tuple[str, ...] = ()  # allowed strings (for str keys: the only values)
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False  # low < value instead of low <= value
+    high_open: bool = False
+
+    @property
+    def preset(self) -> bool:
+        return PRESET in self.choices and self.kind is not str
+
+    def allowed(self) -> str:
+        """Human-readable description of the allowed values."""
+        if self.kind is str:
+            return " | ".join(f"'{c}'" for c in self.choices) if self.choices else "any string"
+        parts = []
+        if self.kind is bool:
+            parts.append("true | false")
+        else:
+            lo = "-inf" if self.low is None else f"{self.low:g}"
+            hi = "inf" if self.high is None else f"{self.high:g}"
+            lb = "(" if self.low_open or self.low is None else "["
+            rb = ")" if self.high_open or self.high is None else "]"
+            parts.append(f"{self.kind.__name__} in {lb}{lo}, {hi}{rb}")
+        parts += [f"'{c}'" for c in self.choices]
+        return " | ".join(parts)
+
+
+METHODS = (
+    "fedavg", "fedprox", "fedavgm", "fedacg", "fedagm",
+    "localgc", "globalgc", "gcfed", "fedacg+gcfed",
+    "fedadam", "fedyogi", "fedadagrad",
+)
+
+_P = (PRESET,)
+
+KEYS: tuple[Key, ...] = (
+    # --- method and server update (SPEC 1.1, 1.5) ---
+    Key("method", str, "fedacg", "Named method (SPEC 1.5); sets every key whose value is 'preset'.",
+        "server", choices=METHODS),
+    Key("lookahead", bool, PRESET, "Broadcast phi = theta + lam*m instead of theta (FedACG/FedAGM).",
+        "server", choices=_P),
+    Key("lam", float, PRESET, "Server momentum / look-ahead coefficient lambda.",
+        "server", choices=_P, low=0.0, high=1.0, high_open=True),
+    Key("eta", float, PRESET, "Server step size (FedAGM's tau; FedOpt's eta for fedadam/fedyogi/fedadagrad).",
+        "server", choices=_P, low=0.0, low_open=True),
+    Key("aggregation", str, PRESET, "Client weights: proportional to examples, or uniform 1/|S_t|.",
+        "server", choices=("preset", "examples", "uniform")),
+    Key("global-gc", str, PRESET, "Global GC on the aggregated update: none, every layer, or only the "
+        "layers past the borderline.", "server", choices=("preset", "none", "all", "classifier")),
+    Key("fedopt-tau", float, 1e-3, "Adaptivity tau of fedadam/fedyogi/fedadagrad (Flower's FedOpt).",
+        "server", low=0.0, low_open=True),
+    # --- local update (SPEC 1.2) ---
+    Key("beta", float, PRESET, "Proximal coefficient: loss += beta/2 * ||w - phi||^2 (FedProx mu).",
+        "client", choices=_P, low=0.0),
+    Key("alpha", float, 1.0, "Weight of the cross-entropy term (FedAGM's alpha).",
+        "client", low=0.0, low_open=True),
+    Key("local-gc", str, PRESET, "Local GC of gradients: none, every layer, or the feature layers "
+        "before the borderline.", "client", choices=("preset", "none", "all", "features")),
+    Key("gc-borderline", float, "classifier", "Borderline between local and global GC: before the "
+        "model's classifier, or a fraction gc_lambda of the parameter tensors.",
+        "client", choices=("classifier",), low=0.0, high=1.0, low_open=True),
+    Key("gc-vectors", str, "center", "GC of 1-D tensors (biases, norm scales): centre them "
+        "(GC-Fed code) or skip them (original GC).", "client", choices=("center", "skip")),
+    Key("lr", float, 0.05, "Local SGD learning rate.", "client", low=0.0, low_open=True),
+    Key("lr-decay", float, 1.0, "Per-round decay: round t uses lr * lr-decay^(t-1).",
+        "client", low=0.0, high=1.0, low_open=True),
+    Key("local-epochs", int, 2, "Local epochs E over the partition (used when local-iterations = 0).",
+        "client", low=0),
+    Key("local-iterations", int, 0, "Local iterations K (mini-batches); 0 = use local-epochs.",
+        "client", low=0),
+    Key("batch-size", int, 16, "Local mini-batch size.", "client", low=1),
+    Key("local-momentum", float, 0.0, "Momentum of the local SGD optimizer.",
+        "client", low=0.0, high=1.0, high_open=True),
+    Key("weight-decay", float, 1e-3, "Weight decay of the local SGD optimizer.", "client", low=0.0),
+    Key("grad-clip", float, 10.0, "Max gradient norm (clip_grad_norm_); 0 = no clipping.",
+        "client", low=0.0),
+    Key("device", str, "auto", "Training device of the ClientApp and the server's evaluation.",
+        "client", choices=("auto", "cpu", "cuda")),
+    # --- federation ---
+    Key("num-server-rounds", int, 30, "Number of rounds T.", "federation", low=1),
+    Key("fraction-train", float, 0.25, "Fraction of connected nodes sampled each round.",
+        "federation", low=0.0, high=1.0, low_open=True),
+    Key("min-train-nodes", int, 2, "Least number of nodes sampled each round.", "federation", low=1),
+    Key("fraction-evaluate", float, 0.0, "Fraction of nodes for federated evaluation on their "
+        "held-out split (0 = off).", "federation", low=0.0, high=1.0),
+    Key("min-evaluate-nodes", int, 2, "Least number of nodes in federated evaluation.",
+        "federation", low=1),
+    Key("round-timeout", float, 600.0, "Seconds to wait for the replies of one round.",
+        "federation", low=0.0, low_open=True),
+    Key("node-wait-timeout", float, 120.0, "Seconds to wait for enough nodes to connect before "
+        "failing with an error.", "federation", low=0.0, low_open=True),
+    Key("seed", int, 0, "Seed of the data split, the partitions, node sampling and model init.",
+        "federation", low=0),
+    # --- data ---
+    Key("dataset", str, "digits", "Dataset: scikit-learn's bundled 8x8 digits (offline).",
+        "data", choices=("digits",)),
+    Key("partitioner", str, "dirichlet-balanced", "Client split: iid, FedACG's balanced Dirichlet "
+        "(equal sizes, label prior ~ Dir(dirichlet-alpha)) or GC-Fed's unbalanced LDA (each class "
+        "spread ~ Dir(lda-alpha)).", "data", choices=("iid", "dirichlet-balanced", "lda")),
+    Key("dirichlet-alpha", float, 0.3, "Concentration of the balanced Dirichlet split.",
+        "data", low=0.0, low_open=True),
+    Key("lda-alpha", float, 0.1, "Concentration of the LDA split.", "data", low=0.0, low_open=True),
+    Key("lda-min-size", int, 10, "Least examples per client in the LDA split.", "data", low=0),
+    Key("test-fraction", float, 0.2, "Share of the dataset held out as the server's test set "
+        "(datasets without a test split).", "data", low=0.0, high=1.0, low_open=True, high_open=True),
+    Key("client-val-fraction", float, 0.1, "Share of each partition held out for federated evaluation.",
+        "data", low=0.0, high=1.0, high_open=True),
+    # --- model ---
+    Key("model", str, "cnn", "Model: MLP (3 fc), GC-Fed/McMahan CNN, ResNet-18-GN, VGG-11 (no BN).",
+        "model", choices=("mlp", "cnn", "resnet18", "vgg11")),
+    Key("gn-groups", int, 2, "GroupNorm groups of ResNet-18 (2 in FedACG, 32 in GC-Fed).",
+        "model", low=1),
+    # --- output ---
+    Key("eval-every", int, 1, "Evaluate the global model on the test set every this many rounds "
+        "(and after the last).", "output", low=1),
+    Key("out-dir", str, "~/fedacg-gc-runs", "Folder for run outputs (results.json, final model); "
+        "'~' expands to the home of the ServerApp process.", "output"),
+    Key("run-name", str, "", "Name of this run's sub-folder; empty = <method>-<date>-<time>.",
+        "output"),
+)
+
+KEYS_BY_NAME: dict[str, Key] = {k.name: k for k in KEYS}

@@ -1,0 +1,1 @@
+"""The ServerApp (`server_app.app:app`) and its per-round results recorder."""

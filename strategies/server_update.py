@@ -1,0 +1,63 @@
+"""The server update of SPEC 1.1 in plain PyTorch (no Flower), on name -> tensor dicts.
+
+    phi   = theta + lam * m            if lookahead else theta
+    d     = sum_i w_i * (w_i_K - phi)  = sum_i w_i * w_i_K - phi      (sum_i w_i = 1)
+    d[l]  = P(d[l])                    for l in the GLOBAL-GC set
+    m     = lam * m + eta * d
+    theta = theta + m
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from models.centralization import centralize_
+
+State = dict[str, torch.Tensor]
+
+
+def is_float(t: torch.Tensor) -> bool:
+    return t.is_floating_point()
+
+
+def lookahead(theta: State, m: State, lam: float) -> State:
+    """phi = theta + lam * m on float tensors (others are copied from theta)."""
+    return {k: torch.add(v, m[k], alpha=lam) if k in m else v for k, v in theta.items()}
+
+
+def client_weights(num_examples: Sequence[float], aggregation: str) -> list[float]:
+    """w_i = n_i / sum_j n_j ('examples') or 1 / |S_t| ('uniform')."""
+    if aggregation == "uniform":
+        return [1.0 / len(num_examples)] * len(num_examples)
+    total = float(sum(num_examples))
+    if total <= 0:
+        raise ValueError("the replies report no training examples in total")
+    return [n / total for n in num_examples]
+
+
+def aggregate_update(phi: State, models: Sequence[State], weights: Sequence[float]) -> State:
+    """d = sum_i w_i * models_i - phi, for the float tensors of phi."""
+    d = {}
+    for k, p in phi.items():
+        if not is_float(p):
+            continue
+        acc = torch.zeros_like(p)
+        for w, model in zip(weights, models):
+            acc.add_(model[k].to(p.dtype), alpha=w)
+        d[k] = acc.sub_(p)
+    return d
+
+
+def global_gc_(d: State, names: Sequence[str], vectors: str) -> None:
+    """d[l] = P(d[l]) for l in `names` (GC-Fed Def. 2, Alg. 1 line 20)."""
+    for name in names:
+        centralize_(d[name], vectors)
+
+
+def server_step_(theta: State, m: State, d: State, lam: float, eta: float) -> None:
+    """In place: m = lam * m + eta * d; theta = theta + m."""
+    for k, dk in d.items():
+        m[k].mul_(lam).add_(dk, alpha=eta)
+        theta[k].add_(m[k])
