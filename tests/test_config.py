@@ -1,0 +1,78 @@
+"""Run-config validation: one schema for validation, pyproject and the README table."""
+
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from run_config import KEYS, ConfigError, resolve
+from run_config.__main__ import markdown
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_defaults_and_presets():
+    cfg = resolve({})
+    assert cfg["method"] == "fedacg"
+    assert (cfg["lookahead"], cfg["lam"], cfg["eta"], cfg["beta"]) == (True, 0.85, 1.0, 0.01)
+    gc = resolve({"method": "gcfed"})
+    assert (gc["local-gc"], gc["global-gc"], gc["aggregation"], gc["lam"]) == \
+        ("features", "all", "uniform", 0.0)
+    avgm = resolve({"method": "fedavgm"})
+    assert (avgm["lookahead"], avgm["lam"], avgm["beta"]) == (False, 0.85, 0.0)
+
+
+def test_every_knob_overrides_its_preset():
+    cfg = resolve({"method": "fedacg", "lam": 0.9, "beta": 0, "global-gc": "classifier"})
+    assert (cfg["lam"], cfg["beta"], cfg["global-gc"], cfg["lookahead"]) == (0.9, 0.0, "classifier", True)
+
+
+def test_uncoerced_values_are_accepted():
+    cfg = resolve({"lr": 1, "eta": 2, "gc-borderline": 1, "local-epochs": 3.0})
+    assert cfg["lr"] == 1.0 and isinstance(cfg["lr"], float)
+    assert cfg["eta"] == 2.0 and cfg["gc-borderline"] == 1.0
+    assert cfg["local-epochs"] == 3 and isinstance(cfg["local-epochs"], int)
+
+
+@pytest.mark.parametrize("bad,words", [
+    ({"lrr": 0.1}, ["unknown run-config key", "'lrr'", "did you mean 'lr'"]),
+    ({"method": "fedacgg"}, ["'method'", "unknown choice", "did you mean 'fedacg'", "'gcfed'"]),
+    ({"lam": 1.0}, ["'lam'", "out of range", "[0, 1)"]),
+    ({"lam": 1.5}, ["'lam'", "out of range"]),
+    ({"lam": "high"}, ["'lam'", "expected float", "'preset'"]),
+    ({"beta": -0.1}, ["'beta'", "out of range", "[0, inf)"]),
+    ({"gc-borderline": 0.0}, ["'gc-borderline'", "(0, 1]", "'classifier'"]),
+    ({"gc-borderline": 1.5}, ["'gc-borderline'", "out of range"]),
+    ({"gc-borderline": "last"}, ["'gc-borderline'", "'classifier'"]),
+    ({"fraction-train": 0}, ["'fraction-train'", "(0, 1]"]),
+    ({"lookahead": "yes"}, ["'lookahead'", "true | false"]),
+    ({"local-epochs": 1.5}, ["'local-epochs'", "integer"]),
+    ({"num-server-rounds": True}, ["'num-server-rounds'", "expected int"]),
+    ({"local-epochs": 0, "local-iterations": 0}, ["no local training"]),
+    ({"method": "fedadam", "lookahead": True}, ["'lookahead'", "fedadam", "Flower's own"]),
+    ({"fraction-evaluate": 0.5, "client-val-fraction": 0.0}, ["client-val-fraction"]),
+])
+def test_bad_config_gives_a_clear_error(bad, words):
+    with pytest.raises(ConfigError) as err:
+        resolve(bad)
+    for w in words:
+        assert w in str(err.value), (w, str(err.value))
+
+
+def test_pyproject_holds_every_key_with_the_schema_default():
+    section = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
+    assert section == {k.name: k.default for k in KEYS}
+    resolve(section)  # and the defaults are valid
+
+
+def test_readme_table_is_the_schema():
+    assert markdown() in (ROOT / "README.md").read_text()
+
+
+def test_nothing_imports_torchvision():
+    import subprocess
+
+    code = ("import sys; import server_app.app, client_app.app, strategies, models, feddata, "
+            "run_config; assert 'torchvision' not in sys.modules, 'torchvision imported'")
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
