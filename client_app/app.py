@@ -32,17 +32,20 @@ def _model(name: str, in_shape: tuple, num_classes: int, gn_groups: int, device:
     return build_model(name, in_shape, num_classes, gn_groups).to(device)
 
 
-def setup(msg: Message, context: Context):
-    """Resolved config, this node's data, and the model holding the broadcast weights."""
-    cfg = resolve(context.run_config)
+def partition_of(context: Context) -> tuple[int, int]:
     try:
-        pid = int(context.node_config["partition-id"])
-        nparts = int(context.node_config["num-partitions"])
+        return int(context.node_config["partition-id"]), int(context.node_config["num-partitions"])
     except KeyError as err:
         raise KeyError(
             f"node config lacks {err}: start the SuperNode with "
             "--node-config \"partition-id=<i> num-partitions=<n>\""
         ) from None
+
+
+def setup(msg: Message, context: Context):
+    """Resolved config, this node's data, and the model holding the broadcast weights."""
+    cfg = resolve(context.run_config)
+    pid, nparts = partition_of(context)
     data = load_client_data(cfg, pid, nparts)
     spec = spec_of(cfg)
     device = pick_device(cfg["device"])
@@ -79,3 +82,11 @@ def evaluate(msg: Message, context: Context) -> Message:
     if len(data.val_y):
         metrics.update({"eval-loss": loss, "eval-acc": acc})
     return Message(content=RecordDict({"metrics": MetricRecord(metrics)}), reply_to=msg)
+
+
+@app.query()
+def query(msg: Message, context: Context) -> Message:
+    """The node's partition-id, so the server samples the same partitions in every run."""
+    pid, nparts = partition_of(context)
+    metrics = MetricRecord({"partition-id": pid, "num-partitions": nparts})
+    return Message(content=RecordDict({"metrics": metrics}), reply_to=msg)

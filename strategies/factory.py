@@ -56,5 +56,5 @@ def build_strategy(cfg: dict[str, Any], model: nn.Module, **fedavg_kwargs) -> Fe
         aggregation=cfg["aggregation"],
         global_gc_layers=gc_layer_names(model, cfg["global-gc"], cfg["gc-borderline"]),
         gc_vectors=cfg["gc-vectors"], lr=cfg["lr"], lr_decay=cfg["lr-decay"], seed=cfg["seed"],
-        node_wait_timeout=cfg["node-wait-timeout"], **common,
+        node_wait_timeout=cfg["node-wait-timeout"], identify_nodes=True, **common,
     )

@@ -53,7 +53,7 @@ class LookaheadFedAvg(RoundConfig, FedAvg):
         self, *, lam: float = 0.0, eta: float = 1.0, lookahead: bool = False,
         aggregation: str = "examples", global_gc_layers: Sequence[str] = (),
         gc_vectors: str = "center", lr: float = 0.1, lr_decay: float = 1.0, seed: int = 0,
-        node_wait_timeout: float = 120.0, **fedavg_kwargs,
+        node_wait_timeout: float = 120.0, identify_nodes: bool = False, **fedavg_kwargs,
     ) -> None:
         fedavg_kwargs.setdefault("min_available_nodes", fedavg_kwargs.get("min_train_nodes", 2))
         super().__init__(**fedavg_kwargs)
@@ -66,6 +66,11 @@ class LookaheadFedAvg(RoundConfig, FedAvg):
         self.lr, self.lr_decay = lr, lr_decay
         self.node_wait_timeout = node_wait_timeout
         self.rng = random.Random(seed)  # node sampling; Flower's FedAvg uses the global `random`
+        # Node ids change from run to run (simulation draws them at random); with
+        # `identify_nodes`, nodes are asked for their partition-id once and sampled in that order,
+        # so the same seed samples the same partitions in every run.
+        self.identify_nodes = identify_nodes
+        self.partition_of: dict[int, int] = {}
         self.theta: State | None = None  # global model
         self.m: State | None = None  # server momentum
         self.phi: State | None = None  # last broadcast point
@@ -77,6 +82,25 @@ class LookaheadFedAvg(RoundConfig, FedAvg):
         super().summary()
 
     # --- sampling -----------------------------------------------------------------------
+    def _identify(self, grid: Grid, nodes: list[int]) -> None:
+        """Ask nodes not seen before for their partition-id (a QUERY message; no data is loaded)."""
+        new = [n for n in nodes if n not in self.partition_of]
+        if not new:
+            return
+        content = RecordDict({"config": ConfigRecord({"want": "partition-id"})})
+        replies = grid.send_and_receive(
+            self._construct_messages(content, new, MessageType.QUERY), timeout=self.node_wait_timeout)
+        for msg in replies:
+            if msg.has_error():
+                continue
+            for rec in msg.content.metric_records.values():
+                if isinstance(rec.get("partition-id"), int):
+                    self.partition_of[msg.metadata.src_node_id] = rec["partition-id"]
+
+    def ordered(self, nodes: list[int]) -> list[int]:
+        """Nodes by partition-id where known (stable across runs), then by node id."""
+        return sorted(nodes, key=lambda n: (n not in self.partition_of, self.partition_of.get(n, 0), n))
+
     def sample(self, grid: Grid, fraction: float, min_nodes: int) -> list[int]:
         """Sample max(floor(fraction * connected), min_nodes) nodes with the strategy's own RNG.
 
@@ -88,7 +112,9 @@ class LookaheadFedAvg(RoundConfig, FedAvg):
             size = max(int(len(nodes) * fraction), min_nodes)
             needed = max(size, self.min_available_nodes)
             if len(nodes) >= needed:
-                return self.rng.sample(nodes, size)
+                if self.identify_nodes:
+                    self._identify(grid, nodes)
+                return self.rng.sample(self.ordered(nodes), size)
             if time.monotonic() > deadline:
                 raise NodeWaitTimeout(
                     f"only {len(nodes)} node(s) connected after {self.node_wait_timeout:.0f} s, "
@@ -113,7 +139,8 @@ class LookaheadFedAvg(RoundConfig, FedAvg):
         else:
             self.phi, payload = self.theta, arrays
         node_ids = self.sample(grid, self.fraction_train, self.min_train_nodes)
-        log(INFO, "configure_train: sampled %d nodes: %s", len(node_ids), node_ids)
+        log(INFO, "configure_train: sampled %d nodes (partitions %s)", len(node_ids),
+            [self.partition_of.get(n, f"node {n}") for n in node_ids])
         record = RecordDict({self.arrayrecord_key: payload,
                              self.configrecord_key: self.round_config(server_round, config)})
         return self._construct_messages(record, node_ids, MessageType.TRAIN)

@@ -12,9 +12,10 @@ class FakeGrid(Grid):
     """`handler(node_index, message) -> RecordDict | Message | Exception` answers each message."""
 
     def __init__(self, num_nodes: int, handler: Callable[[int, Message], object]):
-        self.node_ids = [1000 + i for i in range(num_nodes)]
+        self.node_ids = [1000 + 7919 * i % 10007 for i in range(num_nodes)]  # not in partition order
         self.handler = handler
-        self.sent: list[list[int]] = []  # destination node ids, per send_and_receive call
+        self.sent: list[list[int]] = []  # destination node ids per train/evaluate call
+        self.queries: list[list[int]] = []  # ... per query call
 
     def set_run(self, run):  # pragma: no cover - not used in tests
         self._run = run
@@ -37,7 +38,8 @@ class FakeGrid(Grid):
 
     def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None):
         messages = list(messages)
-        self.sent.append([m.metadata.dst_node_id for m in messages])
+        queried = messages and messages[0].metadata.message_type == "query"
+        (self.queries if queried else self.sent).append([m.metadata.dst_node_id for m in messages])
         replies = []
         for msg in messages:
             index = self.node_ids.index(msg.metadata.dst_node_id)
@@ -51,12 +53,13 @@ class FakeGrid(Grid):
 
 def client_app_handler(run_config: dict, num_nodes: int):
     """Answer with the real ClientApp functions, as a simulation would (node i = partition i)."""
-    from client_app.app import evaluate, train
+    from client_app.app import evaluate, query, train
+
+    functions = {"train": train, "evaluate": evaluate, "query": query}
 
     def handler(index: int, msg: Message):
         ctx = Context(run_id=1, node_id=index, state=RecordDict(), run_config=dict(run_config),
                       node_config={"partition-id": index, "num-partitions": num_nodes})
-        fn = train if msg.metadata.message_type == "train" else evaluate
-        return fn(msg, ctx)
+        return functions[msg.metadata.message_type](msg, ctx)
 
     return handler

@@ -26,6 +26,7 @@ def test_default_setup_learns_digits(tmp_path, method):
     assert rows[0]["test-acc"] < 0.3  # the initial model is at chance
     assert results["summary"]["final-test-acc"] >= 0.85, results["summary"]
     assert all(len(s) == 5 for s in grid.sent if s)  # 25% of 20 nodes per round
+    assert [len(q) for q in grid.queries] == [20]  # partition ids asked once
     for key in ("test-acc", "ema-acc", "test-loss", "train-loss", "seconds"):
         assert key in rows[-1]
     state = torch.load(tmp_path / "run" / "final_model.pt", weights_only=True)
@@ -65,3 +66,17 @@ def test_failing_client_is_counted_and_the_round_goes_on(tmp_path):
                 Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=rc))
     rows = json.loads((tmp_path / "run" / "results.json").read_text())["rounds"]
     assert rows[1]["train-replies"] == 3
+
+
+def test_same_seed_samples_the_same_partitions_whatever_the_node_ids(tmp_path):
+    def sampled_partitions(shift, step):
+        rc = {"out-dir": str(tmp_path), "num-server-rounds": 3, "local-iterations": 1}
+        grid = FakeGrid(10, client_app_handler(rc, 10))
+        grid.node_ids = [(37 + shift + step * i) % 1009 for i in range(10)]  # partition i's node id
+        server.main(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),
+                                  run_config=rc))
+        return [sorted(grid.node_ids.index(n) for n in s) for s in grid.sent if s]
+
+    first = sampled_partitions(0, 1)
+    assert first == sampled_partitions(500, -3)  # other node ids, in another order
+    assert len({tuple(s) for s in first}) > 1
