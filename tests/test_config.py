@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from run_config import KEYS, ConfigError, resolve
-from run_config.__main__ import markdown
+from run_config.__main__ import markdown, methods
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -66,8 +66,10 @@ def test_pyproject_holds_every_key_with_the_schema_default():
     resolve(section)  # and the defaults are valid
 
 
-def test_readme_table_is_the_schema():
-    assert markdown() in (ROOT / "README.md").read_text()
+def test_readme_tables_are_the_schema_and_presets():
+    readme = (ROOT / "README.md").read_text()
+    assert markdown() in readme
+    assert methods() in readme
 
 
 def test_nothing_imports_torchvision():
