@@ -40,7 +40,7 @@ def superlink(tmp_path_factory):
     log = open(home / "superlink.log", "w")
     proc = subprocess.Popen(
         ["flower-superlink", "--insecure", "--simulation", "--host", "127.0.0.1", "--port", str(port),
-         "--control-api-address", f"127.0.0.1:{control}", "--database", ":flwr-in-memory-state:"],
+         "--control-api-address", f"127.0.0.1:{control}", "--database", ":flwr-in-memory:"],
         env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )
     try:
