@@ -35,7 +35,7 @@ class _ScreenedBaseline(RoundConfig):
         messages = list(super().configure_train(
             server_round, arrays, self.round_config(server_round, config), grid))
         self._phi = to_state(arrays)
-        self._sent = [m.metadata.dst_node_id for m in messages]
+        self._sent = messages  # the grid sets their message ids, which the replies refer to
         return messages
 
     def configure_evaluate(self, server_round, arrays, config, grid):

@@ -23,7 +23,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg, Result
 from flwr.serverapp.strategy.strategy_utils import log_strategy_start_info
 
-from .reply_screen import screen_replies
+from .reply_screen import screen_replies, short_reason
 from .server_update import State, aggregate_update, client_weights, global_gc_, lookahead, server_step_
 
 
@@ -118,7 +118,7 @@ class LookaheadFedAvg(RoundConfig, FedAvg):
         self.m: State | None = None  # server momentum
         self.phi: State | None = None  # last broadcast point
         self._theta_record: ArrayRecord | None = None  # the record `theta` was last returned as
-        self._sent: list[int] = []  # node ids of the current train round
+        self._sent: list[Message] = []  # the current train round's instructions
         # Called with (round, metrics) after every aggregate_train, skipped rounds included.
         self.round_metrics_fn: Callable[[int, MetricRecord], None] | None = None
 
@@ -232,7 +232,7 @@ class LookaheadFedAvg(RoundConfig, FedAvg):
         for msg in replies:
             if msg.has_error():
                 log(WARNING, "node %d did not say its partition-id: %s", msg.metadata.src_node_id,
-                    msg.error.reason)
+                    short_reason(msg.error.reason))
                 continue
             for rec in msg.content.metric_records.values():
                 pid = rec.get("partition-id")
@@ -272,7 +272,6 @@ class LookaheadFedAvg(RoundConfig, FedAvg):
         else:
             self.phi, payload = self.theta, arrays
         node_ids = self.sample(grid, self.fraction_train, self.min_train_nodes)
-        self._sent = list(node_ids)
         log(INFO, "configure_train: sampled %d nodes (partitions %s)", len(node_ids),
             [self.partition_of.get(n, f"node {n}") for n in node_ids])
         if len(node_ids) < self.min_train_clients:
@@ -280,7 +279,9 @@ class LookaheadFedAvg(RoundConfig, FedAvg):
                 "skipped", server_round, len(node_ids), self.min_train_clients)
         record = RecordDict({self.arrayrecord_key: payload,
                              self.configrecord_key: self.round_config(server_round, config)})
-        return self._construct_messages(record, node_ids, MessageType.TRAIN)
+        # kept: the grid sets their message ids, which the replies (errors included) refer to
+        self._sent = list(self._construct_messages(record, node_ids, MessageType.TRAIN))
+        return self._sent
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
@@ -325,6 +326,8 @@ class LookaheadFedAvg(RoundConfig, FedAvg):
         if self.fraction_evaluate == 0.0:
             return []
         node_ids = self.sample(grid, self.fraction_evaluate, self.min_evaluate_nodes)
+        log(INFO, "configure_evaluate: sampled %d nodes (partitions %s)", len(node_ids),
+            [self.partition_of.get(n, f"node {n}") for n in node_ids])
         config = ConfigRecord(dict(config))
         config["server-round"] = server_round
         record = RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: config})
@@ -335,7 +338,8 @@ class LookaheadFedAvg(RoundConfig, FedAvg):
         for msg in replies:
             node = self.describe(msg.metadata.src_node_id)
             if msg.has_error():
-                log(WARNING, "round %d: evaluation on %s failed: %s", server_round, node, msg.error.reason)
+                log(WARNING, "round %d: evaluation on %s failed: %s", server_round, node,
+                    short_reason(msg.error.reason))
                 continue
             records = list(msg.content.metric_records.values())
             n = records[0].get(self.weighted_by_key) if len(records) == 1 else None

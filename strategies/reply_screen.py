@@ -24,6 +24,12 @@ State = dict[str, torch.Tensor]
 REASONS = ("malformed", "keys", "shape", "dtype", "non-finite", "norm")
 
 
+def short_reason(reason: str, limit: int = 300) -> str:
+    """The last line of an error reason (simulation errors carry a whole traceback)."""
+    lines = [line.strip() for line in str(reason).splitlines() if line.strip()]
+    return lines[-1][:limit] if lines else "(no reason given)"
+
+
 class BadUpdate(ValueError):
     """A reply that cannot be aggregated; `reason` is one of REASONS."""
 
@@ -83,24 +89,28 @@ class Screened:
 
 
 def screen_replies(
-    server_round: int, replies: Iterable[Message], sent: Sequence[int], phi: State,
+    server_round: int, replies: Iterable[Message], sent: Sequence[Message], phi: State,
     weight_key: str, max_norm: float, describe: Callable[[int], str],
     order: Callable[[int], object],
 ) -> Screened:
     """Split a round's replies into good ones and counted failures.
 
-    `sent`: the node ids the round's instructions went to (a node without a reply timed out);
+    `sent`: the round's instructions (a node without a reply timed out). A reply is matched to
+    its instruction by message id where the grid set one: an error made by the SuperLink for a
+    node that went away carries the SuperLink's node id, not the node's;
     `describe(node_id)` names a node in log lines; `order(node_id)` sorts the good replies, so that
     the aggregate does not depend on the order in which replies arrived.
     """
     out = Screened(counts={"replies": 0, "errors": 0, "timeouts": 0, "dropped": 0})
+    node_of = {m.metadata.message_id: m.metadata.dst_node_id for m in sent if m.metadata.message_id}
     answered = set()
     for msg in replies:
-        node = msg.metadata.src_node_id
+        node = node_of.get(msg.metadata.reply_to_message_id, msg.metadata.src_node_id)
         answered.add(node)
         if msg.has_error():
             out.counts["errors"] += 1
-            log(WARNING, "round %d: %s failed: %s", server_round, describe(node), msg.error.reason)
+            log(WARNING, "round %d: %s failed: %s", server_round, describe(node),
+                short_reason(msg.error.reason))
             continue
         try:
             model, n = check_update(msg.content, phi, weight_key, max_norm)
@@ -111,10 +121,11 @@ def screen_replies(
             log(WARNING, "round %d: dropped the reply of %s: %s", server_round, describe(node), bad.detail)
             continue
         out.good.append((msg, model, n))
-    for node in sent:
+    for node in (m.metadata.dst_node_id for m in sent):
         if node not in answered:
             out.counts["timeouts"] += 1
             log(WARNING, "round %d: no reply from %s within round-timeout", server_round, describe(node))
-    out.good.sort(key=lambda item: order(item[0].metadata.src_node_id))
+    out.good.sort(key=lambda item: order(node_of.get(item[0].metadata.reply_to_message_id,
+                                                     item[0].metadata.src_node_id)))
     out.counts["replies"] = len(out.good)
     return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterable
 
 from flwr.app import Context, Error, Message, RecordDict
@@ -46,6 +47,7 @@ class FakeGrid(Grid):
         (self.queries if queried else self.sent).append([m.metadata.dst_node_id for m in messages])
         replies = []
         for msg in messages:
+            msg.metadata.__dict__["_message_id"] = uuid.uuid4().hex  # as Flower's grids do
             index = self.node_ids.index(msg.metadata.dst_node_id)
             try:
                 out = self.handler(index, msg)

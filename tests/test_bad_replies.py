@@ -6,7 +6,7 @@ import json
 
 import pytest
 import torch
-from flwr.app import ArrayRecord, Context, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, Context, Error, Message, MetricRecord, RecordDict
 
 import server_app.app as server
 from fakegrid import FakeGrid, client_app_handler
@@ -129,6 +129,20 @@ def test_a_round_without_any_reply_is_skipped():
     init = random_state(99)
     assert all(torch.equal(states[1]["theta"][k], init[k]) for k in init)
     assert all(not v.any() for v in states[1]["m"].values())
+
+
+def test_an_error_made_by_the_superlink_counts_once_for_its_node():
+    # A node that went away: the SuperLink answers its instruction with an error whose source is
+    # the SuperLink (node id 0), not the node; it is matched to the node by message id.
+    def handler(i, msg):
+        if i == 1:
+            err = Message(Error(code=3, reason="Error: Node Unavailable"), reply_to=msg)
+            err.metadata.__dict__["_src_node_id"] = 0
+            return err
+        return handler_with(None, None)(i, msg)
+
+    _, metrics = run_strategy(3, handler, rounds=1)
+    assert metrics[1] == {**metrics[1], "replies": 2, "errors": 1, "timeouts": 0, "dropped": 0}
 
 
 def test_check_update_names_the_tensor_and_the_norm():
