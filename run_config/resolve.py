@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -46,6 +47,8 @@ def coerce(key: Key, value: Any) -> Any:
             value = int(value)
     else:
         value = float(value)  # `--run-config lr=1` arrives as int 1
+        if not math.isfinite(value):  # TOML has nan and inf literals; range checks miss NaN
+            raise _fail(key, value, "expected a finite number")
     if key.low is not None and (value < key.low or (key.low_open and value == key.low)):
         raise _fail(key, value, "out of range")
     if key.high is not None and (value > key.high or (key.high_open and value == key.high)):
@@ -85,6 +88,24 @@ def _check_combinations(cfg: dict[str, Any], explicit: set[str]) -> None:
         raise ConfigError(
             "run config: fraction-evaluate > 0 needs held-out client data; set "
             "client-val-fraction > 0 (e.g. 0.1) or fraction-evaluate = 0."
+        )
+    if cfg["model"] == "resnet18" and 64 % cfg["gn-groups"]:
+        raise ConfigError(
+            f"run config 'gn-groups' = {cfg['gn-groups']} must divide 64 (the channels of "
+            "ResNet-18's narrowest layer): use 1, 2, 4, 8, 16, 32 or 64."
+        )
+    if not cfg["out-dir"].strip():
+        raise ConfigError("run config 'out-dir' is empty: give the folder for run outputs.")
+    if cfg["run-name"] in (".", "..") or any(c in cfg["run-name"] for c in "/\\"):
+        raise ConfigError(
+            f"run config 'run-name' = '{cfg['run-name']}' must be a plain folder name (no '/', "
+            "'\\', '.' or '..'): it names the run's folder under out-dir."
+        )
+    if cfg["resume"] and cfg["method"] in FLOWER_BASELINES:
+        raise ConfigError(
+            f"run config 'resume' cannot be combined with method '{cfg['method']}': Flower's own "
+            "strategies keep optimizer state and sample nodes in ways a checkpoint does not "
+            "restore. Resume works for every other method."
         )
     if cfg["method"] in FLOWER_BASELINES:
         server_keys = {"lookahead": False, "lam": 0.0, "global-gc": "none", "aggregation": "examples"}

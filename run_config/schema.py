@@ -25,6 +25,9 @@ class Key:
     high: float | None = None
     low_open: bool = False  # low < value instead of low <= value
     high_open: bool = False
+    # May differ between a checkpoint's config and the config that resumes it (operational keys
+    # that do not change the maths); every other key must be equal.
+    resume_may_differ: bool = False
 
     @property
     def preset(self) -> bool:
@@ -97,9 +100,10 @@ KEYS: tuple[Key, ...] = (
     Key("grad-clip", float, 10.0, "Max gradient norm (clip_grad_norm_); 0 = no clipping.",
         "client", low=0.0),
     Key("device", str, "auto", "Training device of the ClientApp and the server's evaluation.",
-        "client", choices=("auto", "cpu", "cuda")),
+        "client", choices=("auto", "cpu", "cuda"), resume_may_differ=True),
     # --- federation ---
-    Key("num-server-rounds", int, 30, "Number of rounds T.", "federation", low=1),
+    Key("num-server-rounds", int, 30, "Number of rounds T (with resume: the round to end at).",
+        "federation", low=1, resume_may_differ=True),
     Key("fraction-train", float, 0.25, "Fraction of connected nodes sampled each round.",
         "federation", low=0.0, high=1.0, low_open=True),
     Key("min-train-nodes", int, 2, "Least number of nodes sampled each round.", "federation", low=1),
@@ -107,10 +111,15 @@ KEYS: tuple[Key, ...] = (
         "held-out split (0 = off).", "federation", low=0.0, high=1.0),
     Key("min-evaluate-nodes", int, 2, "Least number of nodes in federated evaluation.",
         "federation", low=1),
-    Key("round-timeout", float, 600.0, "Seconds to wait for the replies of one round.",
-        "federation", low=0.0, low_open=True),
+    Key("min-train-clients", int, 1, "Least number of valid train replies for a round to update "
+        "the model; with fewer the round is skipped (theta and m unchanged).", "federation", low=1),
+    Key("max-update-norm", float, 0.0, "Drop a train reply whose update norm ||w_i - phi|| "
+        "(all float tensors) exceeds this; 0 = no limit.", "federation", low=0.0),
+    Key("round-timeout", float, 600.0, "Seconds to wait for the replies of one round; missing "
+        "replies are counted as timeouts.", "federation", low=0.0, low_open=True,
+        resume_may_differ=True),
     Key("node-wait-timeout", float, 120.0, "Seconds to wait for enough nodes to connect before "
-        "failing with an error.", "federation", low=0.0, low_open=True),
+        "failing with an error.", "federation", low=0.0, low_open=True, resume_may_differ=True),
     Key("seed", int, 0, "Seed of the data split, the partitions, node sampling and model init.",
         "federation", low=0),
     # --- data ---
@@ -134,11 +143,16 @@ KEYS: tuple[Key, ...] = (
         "model", low=1),
     # --- output ---
     Key("eval-every", int, 1, "Evaluate the global model on the test set every this many rounds "
-        "(and after the last).", "output", low=1),
+        "(and after the last).", "output", low=1, resume_may_differ=True),
     Key("out-dir", str, "~/fedacg-gc-runs", "Folder for run outputs (results.json, final model); "
-        "'~' expands to the home of the ServerApp process.", "output"),
+        "'~' expands to the home of the ServerApp process.", "output", resume_may_differ=True),
     Key("run-name", str, "", "Name of this run's sub-folder; empty = <method>-<date>-<time>.",
-        "output"),
+        "output", resume_may_differ=True),
+    Key("checkpoint-every", int, 10, "Write <run folder>/checkpoint.pt every this many rounds "
+        "and after the last (atomically); 0 = never.", "output", low=0, resume_may_differ=True),
+    Key("resume", str, "", "Continue a run from a checkpoint: '' = start fresh, 'latest' = the "
+        "newest checkpoint under out-dir (under out-dir/run-name if run-name is set), or the path "
+        "of a checkpoint.pt or of its run folder.", "output", resume_may_differ=True),
 )
 
 KEYS_BY_NAME: dict[str, Key] = {k.name: k for k in KEYS}

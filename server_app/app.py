@@ -1,6 +1,6 @@
-"""ServerApp: validate the run config, build model and strategy, run, record, save.
+"""ServerApp: validate the run config, build model and strategy, run, record, checkpoint, save.
 
-Thin Flower glue; the server maths is in `strategies.server_update`.
+Thin Flower glue; the server maths is in `strategies.server_update`, checkpoints in `checkpoint`.
 """
 
 from __future__ import annotations
@@ -19,8 +19,10 @@ from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords
 from feddata import load_test_data, spec_of
 from models import build_model
 from run_config import resolve
-from strategies import build_strategy, client_train_config
+from strategies import LookaheadFedAvg, build_strategy, client_train_config
 
+from .checkpoint import (check_resumable, find_checkpoint, load_checkpoint, save_checkpoint,
+                         set_rng_state)
 from .results import RunRecorder, write_json_atomic
 
 app = ServerApp()
@@ -40,12 +42,20 @@ def make_run_dir(cfg: dict) -> Path:
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     cfg = resolve(context.run_config)  # raises ConfigError naming the key before anything starts
+    checkpoint = None
+    if cfg["resume"]:
+        path = find_checkpoint(cfg["resume"], cfg["out-dir"], cfg["run-name"])
+        checkpoint = load_checkpoint(path)
+        check_resumable(checkpoint["config"], cfg, checkpoint["round"])
+        run_dir = path.parent  # the resumed run goes on in its own folder
+        log(INFO, "Resuming %s at round %d", path, checkpoint["round"] + 1)
     random.seed(cfg["seed"])  # Flower's own baselines sample nodes with the global `random`
     spec = spec_of(cfg)
     model = build_model(cfg["model"], spec.in_shape, spec.num_classes, cfg["gn-groups"], seed=cfg["seed"])
     device = torch.device("cuda:0" if cfg["device"] != "cpu" and torch.cuda.is_available() else "cpu")
     test = load_test_data(cfg)
-    run_dir = make_run_dir(cfg)
+    if checkpoint is None:
+        run_dir = make_run_dir(cfg)
     write_json_atomic(run_dir / "config.json", cfg)
     log(INFO, "Run folder: %s", run_dir)
 
@@ -53,7 +63,8 @@ def main(grid: Grid, context: Context) -> None:
                                             cfg["gn-groups"]).to(device),
                            test, run_dir, device, aggregate_metricrecords)
     strategy = build_strategy(cfg, model, train_metrics_aggr_fn=recorder.train_metrics)
-    result = strategy.start(
+    strategy.round_metrics_fn = recorder.note_train
+    run = dict(
         grid=grid,
         initial_arrays=ArrayRecord(model.state_dict()),
         num_rounds=cfg["num-server-rounds"],
@@ -62,6 +73,25 @@ def main(grid: Grid, context: Context) -> None:
         evaluate_config=ConfigRecord(),
         evaluate_fn=recorder.evaluate_fn,
     )
+    if isinstance(strategy, LookaheadFedAvg):
+        if checkpoint is not None:
+            strategy.load_state_dict(checkpoint["strategy"])
+            recorder.restore(checkpoint["rows"])
+            set_rng_state(checkpoint["rng"])
+            run["first_round"] = checkpoint["round"] + 1
+
+        def round_end(server_round: int, arrays: ArrayRecord) -> None:
+            every, last = cfg["checkpoint-every"], server_round == cfg["num-server-rounds"]
+            if every and (server_round % every == 0 or last):
+                path = save_checkpoint(run_dir, server_round, cfg, strategy.state_dict(), recorder.rows)
+                log(INFO, "Checkpoint of round %d: %s", server_round, path)
+
+        result = strategy.start(**run, round_end_fn=round_end)
+    else:  # Flower's own FedOpt family: Flower's loop, no checkpoints (resume is refused for it)
+        if cfg["checkpoint-every"]:
+            log(INFO, "No checkpoints for method %s: Flower's own strategy state is not saved.",
+                cfg["method"])
+        result = strategy.start(**run)
     final = result.arrays if len(result.arrays) else ArrayRecord(model.state_dict())
     torch.save(final.to_torch_state_dict(), run_dir / "final_model.pt")
     recorder.save()

@@ -50,6 +50,16 @@ class RunRecorder:
         self.last_train["replies"] = len(contents)
         return metrics
 
+    def note_train(self, server_round: int, metrics: MetricRecord) -> None:
+        """The strategy's round metrics (reply counts included) for this round's row."""
+        self.last_train.update({k: v for k, v in metrics.items() if isinstance(v, (int, float))})
+
+    def restore(self, rows: list[dict[str, Any]]) -> None:
+        """Continue a resumed run: its rows so far and the EMA they end with."""
+        self.rows = [dict(r) for r in rows]
+        emas = [r["ema-acc"] for r in self.rows if "ema-acc" in r]
+        self.ema = emas[-1] if emas else None
+
     def evaluate_fn(self, server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
         rounds = self.cfg["num-server-rounds"]
         due = server_round % self.cfg["eval-every"] == 0 or server_round == rounds

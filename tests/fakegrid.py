@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterable
 
 from flwr.app import Context, Error, Message, RecordDict
@@ -9,7 +10,11 @@ from flwr.serverapp import Grid
 
 
 class FakeGrid(Grid):
-    """`handler(node_index, message) -> RecordDict | Message | Exception` answers each message."""
+    """`handler(node_index, message) -> RecordDict | Message | None` answers each message.
+
+    A handler that raises gives an error reply; one that returns None gives no reply at all
+    (a node that timed out).
+    """
 
     def __init__(self, num_nodes: int, handler: Callable[[int, Message], object]):
         self.node_ids = [1000 + 7919 * i % 10007 for i in range(num_nodes)]  # not in partition order
@@ -42,11 +47,14 @@ class FakeGrid(Grid):
         (self.queries if queried else self.sent).append([m.metadata.dst_node_id for m in messages])
         replies = []
         for msg in messages:
+            msg.metadata.__dict__["_message_id"] = uuid.uuid4().hex  # as Flower's grids do
             index = self.node_ids.index(msg.metadata.dst_node_id)
             try:
                 out = self.handler(index, msg)
             except Exception as err:  # a client that raises -> an error reply
                 out = Message(Error(code=0, reason=repr(err)), reply_to=msg)
+            if out is None:  # no reply within the timeout
+                continue
             replies.append(out if isinstance(out, Message) else Message(out, reply_to=msg))
         return replies
 

@@ -1,0 +1,130 @@
+"""Checkpoints of a run, and resuming from one.
+
+A checkpoint is one file, `<run folder>/checkpoint.pt`, replaced atomically (written to a
+temporary file in the same folder, flushed to disk, then renamed over the old one), so a crash
+while writing leaves the previous checkpoint intact. It holds plain tensors, numbers, strings,
+lists, tuples and dicts only and is read with `torch.load(weights_only=True)`: loading a
+checkpoint cannot run code. Contents:
+
+    format          CHECKPOINT_FORMAT
+    round           the last completed round
+    config          the resolved run config of the run that wrote it
+    strategy        the strategy's state_dict(): theta, m, the last broadcast phi, sampling RNG
+    rng             the process RNGs: Python `random`, NumPy, torch (CPU)
+    rows            the results.json rows so far (round 0 .. round)
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from run_config import KEYS, ConfigError
+
+CHECKPOINT_NAME = "checkpoint.pt"
+CHECKPOINT_FORMAT = 1
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint cannot be found, read, or used for this run."""
+
+
+def rng_state() -> dict[str, Any]:
+    """The process-wide RNG states (the strategy keeps its own sampling RNG in its state)."""
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    return {"python": random.getstate(), "torch": torch.get_rng_state(),
+            "numpy": (kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss)}
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    torch.set_rng_state(state["torch"])
+    kind, keys, pos, has_gauss, gauss = state["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+
+
+def save_checkpoint(run_dir: Path, server_round: int, config: dict[str, Any],
+                    strategy_state: dict[str, Any], rows: list[dict[str, Any]]) -> Path:
+    """Write `run_dir/checkpoint.pt` atomically; returns its path."""
+    path = Path(run_dir) / CHECKPOINT_NAME
+    tmp = path.with_name(f".{CHECKPOINT_NAME}.{os.getpid()}.tmp")
+    payload = {"format": CHECKPOINT_FORMAT, "round": server_round, "config": dict(config),
+               "strategy": strategy_state, "rng": rng_state(), "rows": [dict(r) for r in rows]}
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(payload, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return path
+
+
+def load_checkpoint(path: Path) -> dict[str, Any]:
+    """Read a checkpoint with weights_only loading; CheckpointError if it is not a usable one."""
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:
+        raise CheckpointError(
+            f"cannot read checkpoint {path}: {type(err).__name__}: {str(err).splitlines()[0]} "
+            "(only files written by this app are accepted; they hold tensors and plain values, "
+            "no pickled objects)"
+        ) from None
+    needed = {"format", "round", "config", "strategy", "rng", "rows"}
+    if not isinstance(ckpt, dict) or not needed <= ckpt.keys():
+        raise CheckpointError(f"{path} is not a checkpoint of this app (it lacks "
+                              f"{sorted(needed - set(ckpt) if isinstance(ckpt, dict) else needed)})")
+    if ckpt["format"] != CHECKPOINT_FORMAT:
+        raise CheckpointError(f"{path} has checkpoint format {ckpt['format']}; this version "
+                              f"reads format {CHECKPOINT_FORMAT}")
+    return ckpt
+
+
+def find_checkpoint(resume: str, out_dir: str, run_name: str) -> Path:
+    """The checkpoint file `resume` means: 'latest', a checkpoint file, or a run folder."""
+    if resume == "latest":
+        base = Path(out_dir).expanduser().resolve()
+        pattern = f"{run_name}/{CHECKPOINT_NAME}" if run_name else f"*/{CHECKPOINT_NAME}"
+        found = sorted(base.glob(pattern), key=lambda p: p.stat().st_mtime)
+        if not found:
+            raise CheckpointError(
+                f"resume = 'latest': no {pattern} under out-dir {base}. Give the path of a "
+                "checkpoint, or start afresh with resume = ''.")
+        return found[-1]
+    path = Path(resume).expanduser().resolve()
+    if path.is_dir():
+        path = path / CHECKPOINT_NAME
+    if not path.is_file():
+        raise CheckpointError(f"resume = '{resume}': no checkpoint file at {path}")
+    return path
+
+
+def check_resumable(saved: dict[str, Any], cfg: dict[str, Any], done_round: int) -> None:
+    """ConfigError if `cfg` cannot continue the run whose config is `saved`.
+
+    Keys marked `resume_may_differ` in the schema (rounds, timeouts, output, device) may change;
+    every other key changes the maths or the sampling and must be equal.
+    """
+    conflicts = [
+        f"'{k.name}' = {cfg[k.name]!r} (checkpoint: {saved.get(k.name, k.default)!r})"
+        for k in KEYS  # a key newer than the checkpoint counts as its default
+        if not k.resume_may_differ and saved.get(k.name, k.default) != cfg[k.name]
+    ]
+    if conflicts:
+        raise ConfigError(
+            "run config conflicts with the checkpoint's, so the resumed run would not be the "
+            f"same run: {'; '.join(conflicts)}. Use the checkpoint's values (its config.json) or "
+            "start afresh with resume = ''."
+        )
+    if cfg["num-server-rounds"] <= done_round:
+        raise ConfigError(
+            f"run config 'num-server-rounds' = {cfg['num-server-rounds']}: the checkpoint is at "
+            f"round {done_round} already; set num-server-rounds above {done_round} to continue."
+        )

@@ -1,0 +1,131 @@
+"""Screen a round's train replies before aggregation (plain PyTorch, no server maths).
+
+A reply is aggregated only when it holds exactly one ArrayRecord and one MetricRecord, a finite
+non-negative weight (`num-examples`), the model's keys with the model's shapes and dtypes, only
+finite values and, with `max_norm > 0`, an update `||w_i - phi||` (over every float tensor) of at
+most `max_norm`. Anything else - an error reply, a missing reply (timeout), a bad update - is
+logged with the node and the reason, counted, and left out; the round goes on with the rest.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from logging import WARNING
+
+import torch
+from flwr.app import Message, RecordDict
+from flwr.common import log
+
+State = dict[str, torch.Tensor]
+
+# Why a reply was dropped; each one is counted as `dropped-<reason>` in the round's metrics.
+REASONS = ("malformed", "keys", "shape", "dtype", "non-finite", "norm")
+
+
+def short_reason(reason: str, limit: int = 300) -> str:
+    """The last line of an error reason (simulation errors carry a whole traceback)."""
+    lines = [line.strip() for line in str(reason).splitlines() if line.strip()]
+    return lines[-1][:limit] if lines else "(no reason given)"
+
+
+class BadUpdate(ValueError):
+    """A reply that cannot be aggregated; `reason` is one of REASONS."""
+
+    def __init__(self, reason: str, detail: str):
+        super().__init__(detail)
+        self.reason, self.detail = reason, detail
+
+
+def update_norm(model: State, phi: State) -> float:
+    """||model - phi|| over every float tensor of phi, in float64."""
+    total = 0.0
+    for k, p in phi.items():
+        if p.is_floating_point():
+            total += float(torch.sum((model[k].double() - p.double()) ** 2))
+    return math.sqrt(total)
+
+
+def check_update(content: RecordDict, phi: State, weight_key: str, max_norm: float = 0.0
+                 ) -> tuple[State, float]:
+    """The reply's model and weight, or BadUpdate saying why it cannot be aggregated."""
+    if len(content.array_records) != 1 or len(content.metric_records) != 1:
+        raise BadUpdate("malformed", f"{len(content.array_records)} ArrayRecord(s) and "
+                        f"{len(content.metric_records)} MetricRecord(s), expected one of each")
+    metrics = next(iter(content.metric_records.values()))
+    n = metrics.get(weight_key)
+    if isinstance(n, bool) or not isinstance(n, (int, float)) or not math.isfinite(n) or n < 0:
+        raise BadUpdate("malformed", f"metric '{weight_key}' = {n!r}, expected a finite number >= 0")
+    try:
+        model = dict(next(iter(content.array_records.values())).to_torch_state_dict())
+    except Exception as err:  # undecodable bytes, unknown dtype, ...
+        raise BadUpdate("malformed", f"arrays cannot be decoded ({type(err).__name__}: {err})") from None
+    if model.keys() != phi.keys():
+        missing, extra = sorted(phi.keys() - model.keys()), sorted(model.keys() - phi.keys())
+        raise BadUpdate("keys", f"array keys differ from the model's (missing {missing}, extra {extra})")
+    for k, ref in phi.items():
+        if model[k].shape != ref.shape:
+            raise BadUpdate("shape", f"'{k}' has shape {tuple(model[k].shape)}, expected {tuple(ref.shape)}")
+        if model[k].dtype != ref.dtype:
+            raise BadUpdate("dtype", f"'{k}' has dtype {model[k].dtype}, expected {ref.dtype}")
+    for k, v in model.items():
+        if v.is_floating_point() and not torch.isfinite(v).all():
+            bad = int((~torch.isfinite(v)).sum())
+            raise BadUpdate("non-finite", f"'{k}' has {bad} NaN/Inf value(s)")
+    if max_norm > 0:
+        norm = update_norm(model, phi)
+        if norm > max_norm:
+            raise BadUpdate("norm", f"update norm ||w - phi|| = {norm:.4g} > max-update-norm = {max_norm:g}")
+    return model, float(n)
+
+
+@dataclass
+class Screened:
+    """The replies that may be aggregated (in a stable order) and what happened to the others."""
+
+    good: list[tuple[Message, State, float]] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+def screen_replies(
+    server_round: int, replies: Iterable[Message], sent: Sequence[Message], phi: State,
+    weight_key: str, max_norm: float, describe: Callable[[int], str],
+    order: Callable[[int], object],
+) -> Screened:
+    """Split a round's replies into good ones and counted failures.
+
+    `sent`: the round's instructions (a node without a reply timed out). A reply is matched to
+    its instruction by message id where the grid set one: an error made by the SuperLink for a
+    node that went away carries the SuperLink's node id, not the node's;
+    `describe(node_id)` names a node in log lines; `order(node_id)` sorts the good replies, so that
+    the aggregate does not depend on the order in which replies arrived.
+    """
+    out = Screened(counts={"replies": 0, "errors": 0, "timeouts": 0, "dropped": 0})
+    node_of = {m.metadata.message_id: m.metadata.dst_node_id for m in sent if m.metadata.message_id}
+    answered = set()
+    for msg in replies:
+        node = node_of.get(msg.metadata.reply_to_message_id, msg.metadata.src_node_id)
+        answered.add(node)
+        if msg.has_error():
+            out.counts["errors"] += 1
+            log(WARNING, "round %d: %s failed: %s", server_round, describe(node),
+                short_reason(msg.error.reason))
+            continue
+        try:
+            model, n = check_update(msg.content, phi, weight_key, max_norm)
+        except BadUpdate as bad:
+            out.counts["dropped"] += 1
+            key = f"dropped-{bad.reason}"
+            out.counts[key] = out.counts.get(key, 0) + 1
+            log(WARNING, "round %d: dropped the reply of %s: %s", server_round, describe(node), bad.detail)
+            continue
+        out.good.append((msg, model, n))
+    for node in (m.metadata.dst_node_id for m in sent):
+        if node not in answered:
+            out.counts["timeouts"] += 1
+            log(WARNING, "round %d: no reply from %s within round-timeout", server_round, describe(node))
+    out.good.sort(key=lambda item: order(node_of.get(item[0].metadata.reply_to_message_id,
+                                                     item[0].metadata.src_node_id)))
+    out.counts["replies"] = len(out.good)
+    return out

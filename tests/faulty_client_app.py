@@ -1,0 +1,56 @@
+"""Test-only ClientApp: the real one, with faults injected by partition and round.
+
+tests/test_faults_simulation.py copies the app into a temporary folder next to this module and a
+`fault_plan.json`, and points the copy's pyproject at `faulty_client_app:app`. The production app
+has no fault hooks. Plan entries: {"partition": p, "round": r or "all", "fault": f, "seconds": s}
+with f = "raise" (the ClientApp raises), "hang" (sleeps `seconds` before answering), or "nan"
+(trains, then sends a model with a NaN).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from flwr.app import ArrayRecord, Context, Message, RecordDict
+from flwr.clientapp import ClientApp
+
+from client_app import app as real
+
+PLAN_FILE = Path(__file__).with_name("fault_plan.json")
+PLAN = json.loads(PLAN_FILE.read_text()) if PLAN_FILE.exists() else []
+
+app = ClientApp()
+
+
+def fault_for(context: Context, msg: Message) -> dict | None:
+    pid = int(context.node_config["partition-id"])
+    rnd = int(msg.content["config"]["server-round"])
+    return next((f for f in PLAN if f["partition"] == pid and f["round"] in ("all", rnd)), None)
+
+
+@app.train()
+def train(msg: Message, context: Context) -> Message:
+    fault = fault_for(context, msg)
+    if fault and fault["fault"] == "raise":
+        raise RuntimeError(f"injected failure (partition {context.node_config['partition-id']})")
+    if fault and fault["fault"] == "hang":
+        time.sleep(float(fault["seconds"]))
+    out = real.train(msg, context)
+    if fault and fault["fault"] == "nan":
+        state = out.content["arrays"].to_torch_state_dict()
+        next(iter(state.values())).view(-1)[0] = float("nan")
+        content = RecordDict({"arrays": ArrayRecord(state), "metrics": out.content["metrics"]})
+        out = Message(content=content, reply_to=msg)
+    return out
+
+
+@app.evaluate()
+def evaluate(msg: Message, context: Context) -> Message:
+    return real.evaluate(msg, context)
+
+
+@app.query()
+def query(msg: Message, context: Context) -> Message:
+    return real.query(msg, context)

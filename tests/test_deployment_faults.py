@@ -1,0 +1,111 @@
+"""Deployment runtime: one SuperLink and three SuperNodes on loopback (insecure); one SuperNode is
+killed (SIGKILL, with its SuperExec and ClientApp processes) after round 1, and the run completes.
+
+Every process is started in its own session and stopped by its process group, also on failure.
+"""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from test_simulation import free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow
+
+
+def start(cmd, home: Path, log: Path, env: dict) -> subprocess.Popen:
+    home.mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen(cmd, env={**env, "FLWR_HOME": str(home)}, stdout=open(log, "w"),
+                            stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def stop(proc: subprocess.Popen, sig=signal.SIGTERM) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+        proc.wait(10)
+    except ProcessLookupError:
+        pass
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+
+
+def rows_of(path: Path) -> list:
+    try:
+        return json.loads(path.read_text())["rounds"]
+    except (OSError, ValueError, KeyError):
+        return []
+
+
+def test_run_completes_when_a_supernode_is_killed(tmp_path):
+    if not shutil.which("flower-supernode"):
+        pytest.skip("flwr is not installed")
+    env = {**os.environ, "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1"}
+    link_port = free_port()
+    procs = {}
+    try:
+        procs["superlink"] = start(
+            ["flower-superlink", "--insecure", "--host", "127.0.0.1", "--port", str(link_port),
+             "--disable-runtime-dependency-installation", "--database", ":flwr-in-memory:"],
+            tmp_path / "home-link", tmp_path / "superlink.log", env)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{link_port}/health", timeout=1).is_success:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert procs["superlink"].poll() is None, (tmp_path / "superlink.log").read_text()
+            assert time.monotonic() < deadline, "SuperLink did not start in 60 s"
+            time.sleep(0.5)
+        for i in range(3):
+            procs[f"node{i}"] = start(
+                ["flower-supernode", "--insecure", "--superlink", f"127.0.0.1:{link_port}",
+                 "--host", "127.0.0.1", "--port", str(free_port()),
+                 "--node-config", f"partition-id={i} num-partitions=3"],
+                tmp_path / f"home-node{i}", tmp_path / f"node{i}.log", env)
+        user_home = tmp_path / "home-user"
+        user_home.mkdir()
+        (user_home / "config.toml").write_text(
+            '[superlink]\ndefault = "deployment"\n\n'
+            f'[superlink.deployment]\naddress = "127.0.0.1:{link_port}"\ninsecure = true\n')
+        results = tmp_path / "runs" / "deploy" / "results.json"
+        run_config = (f"num-server-rounds=3 fraction-train=1.0 min-train-nodes=2 local-epochs=1 "
+                      f"round-timeout=150 node-wait-timeout=120 out-dir='{tmp_path}/runs' "
+                      "run-name='deploy'")
+        t = time.monotonic()
+        procs["flwr-run"] = start(
+            ["flwr", "run", str(ROOT), "deployment", "--stream", "--run-config", run_config],
+            user_home, tmp_path / "run.log", env)
+        killed_at = None
+        while procs["flwr-run"].poll() is None:
+            assert time.monotonic() - t < 480, (tmp_path / "run.log").read_text()[-4000:]
+            if killed_at is None and len(rows_of(results)) >= 2:  # round 1 is done
+                stop(procs["node2"], signal.SIGKILL)  # the node dies, no goodbye to the SuperLink
+                killed_at = time.monotonic() - t
+            time.sleep(0.5)
+        log = (tmp_path / "run.log").read_text()
+        assert procs["flwr-run"].returncode == 0, log[-4000:]
+        assert killed_at is not None, log[-4000:]
+        rows = rows_of(results)
+        assert [r["round"] for r in rows] == [0, 1, 2, 3], log[-4000:]
+        assert (rows[1]["train-replies"], rows[1]["train-errors"], rows[1]["train-timeouts"]) == (3, 0, 0)
+        # round 2: the dead node's instruction fails (SuperLink: node unavailable) or times out
+        assert rows[2]["train-replies"] == 2
+        assert rows[2]["train-errors"] + rows[2]["train-timeouts"] == 1
+        assert rows[2]["train-skipped"] == 0
+        # round 3: only the two live nodes are sampled
+        assert (rows[3]["train-replies"], rows[3]["train-errors"], rows[3]["train-timeouts"]) == (2, 0, 0)
+        assert rows[3]["test-loss"] < rows[0]["test-loss"]
+        print(f"deployment run: node killed at {killed_at:.0f} s, run done at {time.monotonic() - t:.0f} s")
+    finally:
+        for proc in procs.values():
+            stop(proc)
