@@ -53,7 +53,8 @@ class LookaheadFedAvg(RoundConfig, FedAvg):
         self, *, lam: float = 0.0, eta: float = 1.0, lookahead: bool = False,
         aggregation: str = "examples", global_gc_layers: Sequence[str] = (),
         gc_vectors: str = "center", lr: float = 0.1, lr_decay: float = 1.0, seed: int = 0,
-        node_wait_timeout: float = 120.0, identify_nodes: bool = False, **fedavg_kwargs,
+        node_wait_timeout: float = 120.0, identify_nodes: bool = False, population=None,
+        **fedavg_kwargs,
     ) -> None:
         fedavg_kwargs.setdefault("min_available_nodes", fedavg_kwargs.get("min_train_nodes", 2))
         super().__init__(**fedavg_kwargs)
@@ -71,6 +72,12 @@ class LookaheadFedAvg(RoundConfig, FedAvg):
         # so the same seed samples the same partitions in every run.
         self.identify_nodes = identify_nodes
         self.partition_of: dict[int, int] = {}
+        self.num_slots = 0  # num-partitions the nodes reported
+        # Dynamic clients (feddata.ClientPopulation): each node (slot = its partition-id) is told
+        # which data partition to train on this round; None = every node keeps its own.
+        self.population = population
+        if population is not None and not identify_nodes:
+            raise ValueError("a dynamic client population needs identify_nodes=True")
         self.theta: State | None = None  # global model
         self.m: State | None = None  # server momentum
         self.phi: State | None = None  # last broadcast point
@@ -96,6 +103,8 @@ class LookaheadFedAvg(RoundConfig, FedAvg):
             for rec in msg.content.metric_records.values():
                 if isinstance(rec.get("partition-id"), int):
                     self.partition_of[msg.metadata.src_node_id] = rec["partition-id"]
+                if isinstance(rec.get("num-partitions"), int):
+                    self.num_slots = max(self.num_slots, rec["num-partitions"])
 
     def ordered(self, nodes: list[int]) -> list[int]:
         """Nodes by partition-id where known (stable across runs), then by node id."""
@@ -143,7 +152,31 @@ class LookaheadFedAvg(RoundConfig, FedAvg):
             [self.partition_of.get(n, f"node {n}") for n in node_ids])
         record = RecordDict({self.arrayrecord_key: payload,
                              self.configrecord_key: self.round_config(server_round, config)})
-        return self._construct_messages(record, node_ids, MessageType.TRAIN)
+        return self._messages(record, node_ids, MessageType.TRAIN, server_round)
+
+    def _messages(self, record: RecordDict, node_ids: list[int], message_type: str,
+                  server_round: int) -> Iterable[Message]:
+        """One message per node; with a dynamic population each node's config also says which
+        data partition it holds this round (`partition-id`, `num-partitions` of the pool)."""
+        if self.population is None:
+            return self._construct_messages(record, node_ids, message_type)
+        unknown = [n for n in node_ids if n not in self.partition_of]
+        if unknown or not self.num_slots:
+            raise RuntimeError(f"dynamic clients: nodes {unknown} did not report their partition-id")
+        held = self.population.assignment(server_round, self.num_slots)
+        pool = self.population.pool_size(self.num_slots)
+        if message_type == MessageType.TRAIN and (server_round - 1) % self.population.replace_every == 0 \
+                and server_round > 1:
+            log(INFO, "dynamic clients: %d of %d clients replaced by fresh ones (pool of %d partitions)",
+                self.population.replaced(server_round, self.num_slots), self.num_slots, pool)
+        messages = []
+        for node in node_ids:
+            config = ConfigRecord(dict(record[self.configrecord_key]))
+            config["partition-id"], config["num-partitions"] = held[self.partition_of[node]], pool
+            content = RecordDict({self.arrayrecord_key: record[self.arrayrecord_key],
+                                  self.configrecord_key: config})
+            messages.extend(self._construct_messages(content, [node], message_type))
+        return messages
 
     def check_reply(self, msg: Message) -> str | None:
         """Why a train reply cannot be aggregated, or None when it can."""
@@ -215,4 +248,4 @@ class LookaheadFedAvg(RoundConfig, FedAvg):
         config = ConfigRecord(dict(config))
         config["server-round"] = server_round
         record = RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: config})
-        return self._construct_messages(record, node_ids, MessageType.EVALUATE)
+        return self._messages(record, node_ids, MessageType.EVALUATE, server_round)
