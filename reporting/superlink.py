@@ -1,9 +1,12 @@
 """A simulation SuperLink of our own: free loopback ports, its own FLWR_HOME, stopped for sure.
 
 `flwr run` would otherwise submit to (or start, and leave running) the shared local SuperLink on
-127.0.0.1:39091. This one runs `flower-superlink --insecure --simulation` in a new session
-(process group) and is stopped by that group - the SuperLink, its SuperExec and the simulation
-processes they started - on `stop()`, also after an error or Ctrl-C (use it as a context manager).
+127.0.0.1:39091. This one runs `flower-superlink --insecure --simulation` in a new session and
+`stop()` (also after an error or Ctrl-C: use it as a context manager) ends it together with every
+process it started. That takes more than its process group: the SuperLink's SuperExec puts
+itself in a session of its own, and the `flwr-simulation` process and Ray's processes under it
+live on (orphaned) when only the SuperLink dies mid-run. So `stop()` takes the process tree under
+the SuperLink first, then stops the process groups led by processes of that tree.
 Runtime dependency installation is off (FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1).
 """
 
@@ -29,12 +32,64 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except (ProcessLookupError, PermissionError):
-        return False
+def _process_table() -> list[tuple[int, int, int]]:
+    """(pid, parent pid, process group) of every process (`ps`, on Linux and macOS)."""
+    out = subprocess.run(["ps", "-A", "-o", "pid=,ppid=,pgid="], capture_output=True, text=True)
+    rows = []
+    for line in out.stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and all(p.isdigit() for p in parts):
+            rows.append((int(parts[0]), int(parts[1]), int(parts[2])))
+    return rows
+
+
+def process_groups_under(root: int) -> set[int]:
+    """The process groups led by `root` or by any process under it."""
+    table = _process_table()
+    children: dict[int, list[int]] = {}
+    for pid, ppid, _ in table:
+        children.setdefault(ppid, []).append(pid)
+    tree, todo = {root}, [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in tree:
+                tree.add(child)
+                todo.append(child)
+    return {pgid for pid, _, pgid in table if pid in tree and pgid in tree}
+
+
+def _alive(groups: set[int]) -> set[int]:
+    out = set()
+    for g in groups:
+        try:
+            os.killpg(g, 0)
+            out.add(g)
+        except (ProcessLookupError, PermissionError):
+            pass
+    return out
+
+
+def stop_process_tree(root: int, grace: float = 15.0, child: subprocess.Popen | None = None) -> None:
+    """SIGTERM the process groups led by `root` and the processes under it; SIGKILL what is
+    left after `grace` seconds. `child`: the Popen of `root` when it is ours (to reap it)."""
+    groups = process_groups_under(root) | {root}
+    for g in groups:
+        try:
+            os.killpg(g, signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+            pass
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        if child is not None:
+            child.poll()  # a dead child stays a zombie, and its group alive, until reaped
+        if not _alive(groups):
+            break
+        time.sleep(0.5)
+    for g in _alive(groups):
+        try:
+            os.killpg(g, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 class LocalSuperLink:
@@ -81,21 +136,10 @@ class LocalSuperLink:
             time.sleep(0.5)
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGTERM)
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(5)
-            except ProcessLookupError:
-                pass
-        if self.proc is not None:  # what is left of the group (SuperExec, simulation) gets killed
-            deadline = time.monotonic() + 10
-            while _group_alive(self.proc.pid) and time.monotonic() < deadline:
-                time.sleep(0.5)
-            if _group_alive(self.proc.pid):
-                os.killpg(self.proc.pid, signal.SIGKILL)
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                stop_process_tree(self.proc.pid, child=self.proc)
+            self.proc.wait()
         self.proc = None
         if self._own_home:
             shutil.rmtree(self.home, ignore_errors=True)

@@ -57,6 +57,9 @@ SWEEP_KEYS = {
     "cell-timeout": "seconds one cell may take before it is stopped (default: no limit)",
 }
 NOT_IN_CELLS = ("out-dir", "run-name", "seed")  # set by the sweep for every cell
+# Where a run is written and what its summary reports do not change the run: a finished cell
+# stays finished when only these change (the table is computed again from the rounds).
+NOT_IN_DESCRIPTION = ("out-dir", "run-name", "acc-at-rounds", "target-accs")
 
 
 class SweepError(ValueError):
@@ -75,7 +78,7 @@ class Cell:
     def description(self) -> dict[str, Any]:
         """What the run is made from (not where it is written): a finished cell is reused only
         when this has not changed."""
-        run = {k: v for k, v in self.run_config.items() if k not in ("out-dir", "run-name")}
+        run = {k: v for k, v in self.run_config.items() if k not in NOT_IN_DESCRIPTION}
         return {"run-config": run, "federation-config": self.federation_config}
 
 
@@ -193,6 +196,10 @@ def load_sweep(path: Path, out_dir: Path | None = None, connection: str | None =
                     raise SweepError(f"{where}: {err}") from None
                 cells.append(Cell(str(s_name), str(m_name), seed, run,
                                   {**common_fed, **s_fed, **m_fed}, run_dir))
+    dirs = [c.run_dir for c in cells]
+    if len(set(dirs)) != len(dirs):
+        raise SweepError(f"{path}: two method or setting names give the same folder name "
+                         f"({sorted({d for d in dirs if dirs.count(d) > 1})[0]}); rename one")
     app = Path(spec.get("app") or APP_DIR)
     return Sweep(
         path=path, dir=sweep_dir, app=(app if app.is_absolute() else base / app).resolve(),
@@ -294,12 +301,13 @@ def run_sweep(sweep: Sweep, echo: bool = True) -> None:
     if not todo:
         return
     link = None
-    previous = signal.getsignal(signal.SIGTERM)
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
 
     def interrupted(signum, frame):
         raise KeyboardInterrupt(f"signal {signum}")
 
-    signal.signal(signal.SIGTERM, interrupted)
+    for sig in previous:  # also when started in the background, where SIGINT is ignored
+        signal.signal(sig, interrupted)
     try:
         if sweep.connection:
             connection = sweep.connection
@@ -321,7 +329,8 @@ def run_sweep(sweep: Sweep, echo: bool = True) -> None:
     finally:
         if link is not None:
             link.stop()
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 # --- table and plot ----------------------------------------------------------------------

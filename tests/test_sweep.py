@@ -59,6 +59,7 @@ def test_grid_expands_methods_settings_seeds_and_files(tmp_path):
     ({"methods": {"a": {"lrr": 0.1}}}, ["'lrr'", "did you mean 'lr'"]),
     ({"methods": {"a": "nowhere.toml"}}, ["nowhere.toml", "not found"]),
     ({"methods": {"a": {}}, "seeds": "x"}, ["seeds", "int"]),
+    ({"methods": {"A B": {}, "A/B": {}}}, ["same folder name", "A_B"]),
 ])
 def test_bad_grid_is_refused_before_anything_runs(tmp_path, bad, words):
     with pytest.raises(SweepError) as err:
@@ -131,3 +132,42 @@ def test_sweep_writes_the_table_and_plot_and_resumes(tmp_path):
     dry = sweep_cmd(write(grid, changed), "--dry-run")
     states = [line.split()[0:2] for line in dry.stdout.splitlines()]
     assert [s[0] for s in states] == ["done", "done", "to", "to"], dry.stdout
+
+
+def test_stop_process_tree_reaches_processes_in_sessions_of_their_own(tmp_path):
+    """Like the SuperLink's SuperExec (a session of its own) and Ray under it."""
+    import os
+    import time
+
+    from reporting.superlink import stop_process_tree
+
+    pids = tmp_path / "pids"
+    grandchild = ("import os, subprocess, sys, time; "
+                  "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)']); "
+                  f"open({str(pids)!r}, 'w').write(f'{{os.getpid()}} {{p.pid}}'); time.sleep(300)")
+    child = ("import subprocess, sys, time; "
+             f"subprocess.Popen([sys.executable, '-c', {grandchild!r}], start_new_session=True); "
+             "time.sleep(300)")
+    root = subprocess.Popen([sys.executable, "-c", child], start_new_session=True)
+    session = sleeper = None
+    try:
+        deadline = time.monotonic() + 30
+        while not (pids.exists() and len(pids.read_text().split()) == 2):
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        session, sleeper = map(int, pids.read_text().split())
+        assert os.getsid(session) == session != os.getsid(root.pid)
+        stop_process_tree(root.pid, grace=10, child=root)
+        assert root.poll() is not None
+        for pid in (session, sleeper):  # gone, or a zombie waiting for whoever adopted it
+            state = subprocess.run(["ps", "-o", "stat=", "-p", str(pid)], capture_output=True,
+                                   text=True).stdout.strip()
+            assert state in ("", "Z") or state.startswith("Z"), (pid, state)
+    finally:  # whatever the outcome, nothing of it is left running
+        for pid in (root.pid, session, sleeper):
+            try:
+                if pid:
+                    os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
+        root.wait()
