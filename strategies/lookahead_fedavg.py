@@ -165,10 +165,13 @@ class LookaheadFedAvg(RoundConfig, FedAvg):
             raise RuntimeError(f"dynamic clients: nodes {unknown} did not report their partition-id")
         held = self.population.assignment(server_round, self.num_slots)
         pool = self.population.pool_size(self.num_slots)
-        if message_type == MessageType.TRAIN and (server_round - 1) % self.population.replace_every == 0 \
-                and server_round > 1:
-            log(INFO, "dynamic clients: %d of %d clients replaced by fresh ones (pool of %d partitions)",
-                self.population.replaced(server_round, self.num_slots), self.num_slots, pool)
+        if message_type == MessageType.TRAIN:
+            if server_round > 1 and (server_round - 1) % self.population.replace_every == 0:
+                log(INFO, "dynamic clients: %d of %d clients replaced by fresh ones (pool of %d "
+                    "partitions)", self.population.replaced(server_round, self.num_slots),
+                    self.num_slots, pool)
+            log(INFO, "dynamic clients: they hold data partitions %s",
+                [held[self.partition_of[n]] for n in node_ids])
         messages = []
         for node in node_ids:
             config = ConfigRecord(dict(record[self.configrecord_key]))

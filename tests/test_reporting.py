@@ -164,3 +164,15 @@ def test_population_replaces_clients_at_the_configured_rate():
     assert off.assignment(50, 10) == list(range(10))
     with pytest.raises(ValueError):
         pop.assignment(3, n + 1)
+
+
+def test_reporting_imports_neither_flower_nor_torch():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import sys; import reporting.metrics, reporting.table, reporting.plots, "
+            "reporting.sweep, reporting.superlink; "
+            "bad = [m for m in sys.modules if m.split('.')[0] in ('flwr', 'torch')]; "
+            "assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1], check=True)
