@@ -42,10 +42,18 @@ def partition_of(context: Context) -> tuple[int, int]:
         ) from None
 
 
+def data_partition_of(msg: Message, context: Context) -> tuple[int, int]:
+    """The partition to use: the one the server names (dynamic clients), else the node's own."""
+    config = msg.content.config_records.get("config")
+    if config is not None and "partition-id" in config:
+        return int(config["partition-id"]), int(config["num-partitions"])
+    return partition_of(context)
+
+
 def setup(msg: Message, context: Context):
     """Resolved config, this node's data, and the model holding the broadcast weights."""
     cfg = resolve(context.run_config)
-    pid, nparts = partition_of(context)
+    pid, nparts = data_partition_of(msg, context)
     data = load_client_data(cfg, pid, nparts)
     spec = spec_of(cfg)
     device = pick_device(cfg["device"])

@@ -5,8 +5,9 @@ from .loading import (
     spec_of,
 )
 from .partitioners import BalancedDirichletPartitioner, build_partitioner
+from .population import ClientPopulation
 
 __all__ = [
-    "BalancedDirichletPartitioner", "ClientData", "DATA_KEYS", "DatasetSpec", "SPECS",
+    "BalancedDirichletPartitioner", "ClientData", "ClientPopulation", "DATA_KEYS", "DatasetSpec", "SPECS",
     "build_partitioner", "load_client_data", "load_partition", "load_test_data", "spec_of",
 ]

@@ -78,7 +78,46 @@ def resolve(run_config: Mapping[str, Any]) -> dict[str, Any]:
     return cfg
 
 
+def _number_list(cfg: dict[str, Any], name: str, kind: type, low: float, high: float,
+                 allowed: str) -> list:
+    text = cfg[name].replace(" ", "")
+    try:
+        values = [kind(v) for v in text.split(",")] if text else []
+    except ValueError:
+        values = None
+    if values is None or any(not low <= v <= high for v in values):
+        raise ConfigError(f"run config '{name}' = '{cfg[name]}': expected {allowed}, "
+                          f"comma-separated (e.g. {name}='{KEYS_BY_NAME[name].default or '10,20'}').")
+    return values
+
+
+def acc_at_rounds(cfg: dict[str, Any]) -> list[int]:
+    """The rounds of `acc-at-rounds` (default: half-way and the last round)."""
+    rounds = _number_list(cfg, "acc-at-rounds", int, 1, float("inf"), "rounds >= 1")
+    if not rounds:
+        t = cfg["num-server-rounds"]
+        rounds = [max(1, t // 2), t]
+    return sorted(set(rounds))
+
+
+def target_accs(cfg: dict[str, Any]) -> list[float]:
+    """The target accuracies of `target-accs`, in percent."""
+    return sorted(set(_number_list(cfg, "target-accs", float, 1e-9, 100.0,
+                                   "accuracies in percent in (0, 100]")))
+
+
 def _check_combinations(cfg: dict[str, Any], explicit: set[str]) -> None:
+    acc_at_rounds(cfg)
+    target_accs(cfg)
+    if cfg["dynamic-replace-prob"] > 0:
+        if cfg["method"] in FLOWER_BASELINES:
+            raise ConfigError(
+                f"run config 'dynamic-replace-prob' > 0 cannot be combined with method "
+                f"'{cfg['method']}' (Flower's own strategy); use one of our methods or set it to 0.")
+        if cfg["dynamic-pool-factor"] <= 1:
+            raise ConfigError(
+                "run config 'dynamic-replace-prob' > 0 needs fresh partitions to hand out: set "
+                "'dynamic-pool-factor' above 1 (e.g. 2.0).")
     if cfg["local-epochs"] == 0 and cfg["local-iterations"] == 0:
         raise ConfigError(
             "run config: local-epochs = 0 and local-iterations = 0 means no local training; "

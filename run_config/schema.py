@@ -122,6 +122,15 @@ KEYS: tuple[Key, ...] = (
         "failing with an error.", "federation", low=0.0, low_open=True, resume_may_differ=True),
     Key("seed", int, 0, "Seed of the data split, the partitions, node sampling and model init.",
         "federation", low=0),
+    Key("dynamic-replace-prob", float, 0.0, "Dynamic clients (FedACG Table 3): every "
+        "dynamic-replace-every rounds each client is replaced with this probability by a client "
+        "holding a fresh data partition (0 = off; not with fedadam/fedyogi/fedadagrad).",
+        "federation", low=0.0, high=1.0),
+    Key("dynamic-replace-every", int, 100, "Rounds between client replacements (FedACG: 100).",
+        "federation", low=1),
+    Key("dynamic-pool-factor", float, 2.0, "With dynamic clients, the data is split into "
+        "round(factor * num-partitions) partitions, of which the clients hold num-partitions at a "
+        "time (FedACG: 500 for 250 clients).", "federation", low=1.0),
     # --- data ---
     Key("dataset", str, "digits", "Dataset: scikit-learn's bundled 8x8 digits (offline).",
         "data", choices=("digits",)),
@@ -144,6 +153,12 @@ KEYS: tuple[Key, ...] = (
     # --- output ---
     Key("eval-every", int, 1, "Evaluate the global model on the test set every this many rounds "
         "(and after the last).", "output", low=1, resume_may_differ=True),
+    Key("acc-at-rounds", str, "", "Rounds R at which the summary reports the EMA accuracy, "
+        "comma-separated (e.g. '500,1000'); empty = half-way and the last round.", "output",
+        resume_may_differ=True),
+    Key("target-accs", str, "80,90", "Target accuracies in percent, comma-separated: the summary "
+        "reports the first round whose EMA reaches each ('T+' if none does).", "output",
+        resume_may_differ=True),
     Key("out-dir", str, "~/fedacg-gc-runs", "Folder for run outputs (results.json, final model); "
         "'~' expands to the home of the ServerApp process.", "output", resume_may_differ=True),
     Key("run-name", str, "", "Name of this run's sub-folder; empty = <method>-<date>-<time>.",

@@ -24,6 +24,7 @@ from strategies import LookaheadFedAvg, build_strategy, client_train_config
 from .checkpoint import (check_resumable, find_checkpoint, load_checkpoint, save_checkpoint,
                          set_rng_state)
 from .results import RunRecorder, write_json_atomic
+from .traffic import MeteredGrid
 
 app = ServerApp()
 
@@ -59,9 +60,10 @@ def main(grid: Grid, context: Context) -> None:
     write_json_atomic(run_dir / "config.json", cfg)
     log(INFO, "Run folder: %s", run_dir)
 
+    grid = MeteredGrid(grid)  # counts the clients and bytes of every message sent and received
     recorder = RunRecorder(cfg, build_model(cfg["model"], spec.in_shape, spec.num_classes,
                                             cfg["gn-groups"]).to(device),
-                           test, run_dir, device, aggregate_metricrecords)
+                           test, run_dir, device, aggregate_metricrecords, traffic=grid.take)
     strategy = build_strategy(cfg, model, train_metrics_aggr_fn=recorder.train_metrics)
     strategy.round_metrics_fn = recorder.note_train
     run = dict(
@@ -94,8 +96,8 @@ def main(grid: Grid, context: Context) -> None:
         result = strategy.start(**run)
     final = result.arrays if len(result.arrays) else ArrayRecord(model.state_dict())
     torch.save(final.to_torch_state_dict(), run_dir / "final_model.pt")
-    recorder.save()
-    summary = recorder.summary()
-    log(INFO, "Done: final test-acc %s, ema-acc %s, %.1f s. Results: %s",
-        summary["final-test-acc"], summary["final-ema-acc"], summary["wall-seconds"],
-        run_dir / "results.json")
+    summary = recorder.finish()
+    log(INFO, "Done: final test-acc %s, ema-acc %s | EMA acc at rounds %s | rounds to targets (%%) %s "
+        "| %.2f MB sent | %.1f s. Results: %s", summary["final-test-acc"], summary["final-ema-acc"],
+        summary["acc-at-round"], summary["rounds-to-acc"], summary["bytes-total"] / 1e6,
+        summary["wall-seconds"], run_dir)

@@ -1,46 +1,71 @@
-"""Per-round record of a run: centralized evaluation of theta, EMA accuracy, log line, results.json.
+"""Per-round record of a run: centralized evaluation of theta, EMA accuracy, traffic, log line,
+and the run folder (results.json and metrics.csv after every round; summary and plots at the end).
 
 EMA_t = 0.9 * EMA_{t-1} + 0.1 * acc_t, starting at the first accuracy measured after training
-(SPEC 1.7; round 0, the initial model, is logged but not part of the EMA).
+(SPEC 1.7; round 0, the initial model, is logged but not part of the EMA). The numbers of the
+summary (accuracy at rounds, rounds to targets) are computed by `reporting.metrics`.
 """
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import math
 import os
 import time
+from collections.abc import Callable
+from logging import INFO, WARNING
 from pathlib import Path
 from typing import Any
 
 import torch
 from flwr.app import ArrayRecord, MetricRecord, RecordDict
 from flwr.common import log
-from logging import INFO
 
 from models.evaluation import evaluate
+from reporting.metrics import ema_update, run_summary
+from run_config import acc_at_rounds, target_accs
+
+__all__ = ["RunRecorder", "ema_update", "write_json_atomic", "write_text_atomic"]
 
 
-def write_json_atomic(path: Path, obj: Any) -> None:
+def write_text_atomic(path: Path, text: str) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, default=float))
+    tmp.write_text(text)
     os.replace(tmp, path)
 
 
-def ema_update(ema: float | None, acc: float, factor: float = 0.9) -> float:
-    return acc if ema is None else factor * ema + (1 - factor) * acc
+def write_json_atomic(path: Path, obj: Any) -> None:
+    write_text_atomic(path, json.dumps(obj, indent=2, default=float))
+
+
+def rows_csv(rows: list[dict[str, Any]]) -> str:
+    """One line per round; the columns are every key any row has, in first-seen order."""
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, columns, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return buf.getvalue()
 
 
 class RunRecorder:
     """Called by the strategy: `train_metrics` after each aggregation, `evaluate_fn` after each round."""
 
     def __init__(self, cfg: dict[str, Any], model: torch.nn.Module, test: tuple, run_dir: Path,
-                 device: torch.device, aggregate_fn):
+                 device: torch.device, aggregate_fn,
+                 traffic: Callable[[str], dict[str, int]] | None = None):
+        """`traffic(message_type)`: counters of the messages sent and received since the last
+        call (`MeteredGrid.take`)."""
         self.cfg, self.model, self.test, self.run_dir, self.device = cfg, model, test, run_dir, device
         self.aggregate_fn = aggregate_fn
+        self.traffic = traffic
         self.rows: list[dict[str, Any]] = []
         self.ema: float | None = None
         self.last_train: dict[str, float] = {}
+        self.totals = {"bytes-down-total": 0, "bytes-up-total": 0}
+        self.complete = False
         self.t_round = self.t_start = time.monotonic()
 
     def train_metrics(self, contents: list[RecordDict], weight_key: str) -> MetricRecord:
@@ -55,10 +80,12 @@ class RunRecorder:
         self.last_train.update({k: v for k, v in metrics.items() if isinstance(v, (int, float))})
 
     def restore(self, rows: list[dict[str, Any]]) -> None:
-        """Continue a resumed run: its rows so far and the EMA they end with."""
+        """Continue a resumed run: its rows so far, and the EMA and byte totals they end with."""
         self.rows = [dict(r) for r in rows]
         emas = [r["ema-acc"] for r in self.rows if "ema-acc" in r]
         self.ema = emas[-1] if emas else None
+        for key in self.totals:
+            self.totals[key] = max((r.get(key, 0) for r in self.rows), default=0)
 
     def evaluate_fn(self, server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
         rounds = self.cfg["num-server-rounds"]
@@ -75,6 +102,7 @@ class RunRecorder:
             row.update({f"train-{k}" if not k.startswith("train-") else k: v
                         for k, v in self.last_train.items()})
             self.last_train = {}
+        row.update(self._traffic(server_round))
         now = time.monotonic()
         row["seconds"] = now - self.t_round
         self.t_round = now
@@ -84,20 +112,57 @@ class RunRecorder:
         return MetricRecord({k: v for k, v in row.items() if isinstance(v, (int, float))
                              and not (isinstance(v, float) and math.isnan(v))})
 
+    def _traffic(self, server_round: int) -> dict[str, Any]:
+        """Clients sampled / replied / failed and bytes down / up of this round's training (and of
+        federated evaluation, when on), measured on the messages themselves."""
+        if self.traffic is None:
+            return {}
+        train, ev = self.traffic("train"), self.traffic("evaluate")
+        if server_round == 0:
+            return {}
+        self.totals["bytes-down-total"] += train["bytes-down"]
+        self.totals["bytes-up-total"] += train["bytes-up"]
+        out = {"clients-sampled": train["sent"], "clients-replied": train["replies"],
+               "clients-failed": train["sent"] - train["replies"],
+               "bytes-down": train["bytes-down"], "bytes-up": train["bytes-up"], **self.totals}
+        if ev["sent"]:
+            out.update({"eval-clients-sampled": ev["sent"], "eval-clients-replied": ev["replies"],
+                        "eval-bytes-down": ev["bytes-down"], "eval-bytes-up": ev["bytes-up"]})
+        return out
+
     def _log(self, row: dict[str, Any], rounds: int) -> None:
         def f(key, fmt="{:.4f}"):
             return fmt.format(row[key]) if key in row else "-"
-        log(INFO, "[round %d/%d] test-acc %s | ema-acc %s | test-loss %s | train-loss %s | %.2f s",
+        traffic = ""
+        if "clients-sampled" in row:
+            traffic = (f" | clients {row['clients-replied']}/{row['clients-sampled']}"
+                       f" | MB down {row['bytes-down'] / 1e6:.3f} up {row['bytes-up'] / 1e6:.3f}")
+        log(INFO, "[round %d/%d] test-acc %s | ema-acc %s | test-loss %s | train-loss %s%s | %.2f s",
             row["round"], rounds, f("test-acc"), f("ema-acc"), f("test-loss"), f("train-loss"),
-            row["seconds"])
+            traffic, row["seconds"])
 
     def summary(self) -> dict[str, Any]:
-        evaluated = [r for r in self.rows if "test-acc" in r and r["round"] > 0]
-        last = evaluated[-1] if evaluated else {}
-        return {"rounds": len(self.rows) - 1, "final-test-acc": last.get("test-acc"),
-                "final-ema-acc": last.get("ema-acc"), "final-test-loss": last.get("test-loss"),
-                "wall-seconds": time.monotonic() - self.t_start}
+        out = run_summary(self.rows, acc_at_rounds=acc_at_rounds(self.cfg),
+                          target_accs=target_accs(self.cfg), total_rounds=self.cfg["num-server-rounds"])
+        out["wall-seconds"] = time.monotonic() - self.t_start
+        out["complete"] = self.complete
+        return out
 
     def save(self) -> None:
         write_json_atomic(self.run_dir / "results.json",
                           {"config": self.cfg, "summary": self.summary(), "rounds": self.rows})
+        write_text_atomic(self.run_dir / "metrics.csv", rows_csv(self.rows))
+
+    def finish(self) -> dict[str, Any]:
+        """Mark the run complete, write the final results and the plots; return the summary."""
+        self.complete = True
+        self.save()
+        try:
+            from reporting.plots import plot_run
+
+            name = self.run_dir.name
+            title = self.cfg["method"] + (f" ({name})" if name != self.cfg["method"] else "")
+            plot_run(self.rows, self.run_dir, title=title)
+        except Exception as err:  # a plot must never cost the run's results
+            log(WARNING, "Could not draw the run's plots: %r", err)
+        return self.summary()

@@ -11,6 +11,7 @@ from flwr.serverapp.exception import AggregationError, InconsistentMessageReplie
 from flwr.serverapp.strategy import FedAdagrad, FedAdam, FedAvg, FedYogi
 from torch import nn
 
+from feddata.population import ClientPopulation
 from models.centralization import borderline_index, gc_layer_names
 
 from .lookahead_fedavg import LookaheadFedAvg, RoundConfig, to_state, wait_for_nodes
@@ -97,7 +98,12 @@ def build_strategy(cfg: dict[str, Any], model: nn.Module, **fedavg_kwargs) -> Fe
         strategy.max_update_norm = cfg["max-update-norm"]
         strategy.node_wait_timeout = cfg["node-wait-timeout"]
         return strategy
+    population = None
+    if cfg["dynamic-replace-prob"] > 0:
+        population = ClientPopulation(cfg["dynamic-replace-prob"], cfg["dynamic-replace-every"],
+                                      cfg["dynamic-pool-factor"], seed=cfg["seed"])
     return LookaheadFedAvg(
+        population=population,
         lam=cfg["lam"], eta=cfg["eta"], lookahead=cfg["lookahead"],
         aggregation=cfg["aggregation"],
         global_gc_layers=gc_layer_names(model, cfg["global-gc"], cfg["gc-borderline"]),

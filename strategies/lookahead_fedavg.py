@@ -92,7 +92,7 @@ class LookaheadFedAvg(RoundConfig, FedAvg):
         self, *, lam: float = 0.0, eta: float = 1.0, lookahead: bool = False,
         aggregation: str = "examples", global_gc_layers: Sequence[str] = (),
         gc_vectors: str = "center", lr: float = 0.1, lr_decay: float = 1.0, seed: int = 0,
-        node_wait_timeout: float = 120.0, identify_nodes: bool = False,
+        node_wait_timeout: float = 120.0, identify_nodes: bool = False, population=None,
         min_train_clients: int = 1, max_update_norm: float = 0.0, **fedavg_kwargs,
     ) -> None:
         fedavg_kwargs.setdefault("min_available_nodes", fedavg_kwargs.get("min_train_nodes", 2))
@@ -114,6 +114,12 @@ class LookaheadFedAvg(RoundConfig, FedAvg):
         self.identify_nodes = identify_nodes
         self.partition_of: dict[int, int] = {}
         self._queried: set[int] = set()
+        self.num_slots = 0  # num-partitions the nodes reported
+        # Dynamic clients (feddata.ClientPopulation): each node (slot = its partition-id) is told
+        # which data partition to train on this round; None = every node keeps its own.
+        self.population = population
+        if population is not None and not identify_nodes:
+            raise ValueError("a dynamic client population needs identify_nodes=True")
         self.theta: State | None = None  # global model
         self.m: State | None = None  # server momentum
         self.phi: State | None = None  # last broadcast point
@@ -238,6 +244,8 @@ class LookaheadFedAvg(RoundConfig, FedAvg):
                 pid = rec.get("partition-id")
                 if isinstance(pid, int) and not isinstance(pid, bool):
                     self.partition_of[msg.metadata.src_node_id] = pid
+                if isinstance(rec.get("num-partitions"), int):
+                    self.num_slots = max(self.num_slots, rec["num-partitions"])
 
     def ordered(self, nodes: list[int]) -> list[int]:
         """Nodes by partition-id where known (stable across runs), then by node id."""
@@ -280,8 +288,35 @@ class LookaheadFedAvg(RoundConfig, FedAvg):
         record = RecordDict({self.arrayrecord_key: payload,
                              self.configrecord_key: self.round_config(server_round, config)})
         # kept: the grid sets their message ids, which the replies (errors included) refer to
-        self._sent = list(self._construct_messages(record, node_ids, MessageType.TRAIN))
+        self._sent = list(self._messages(record, node_ids, MessageType.TRAIN, server_round))
         return self._sent
+
+    def _messages(self, record: RecordDict, node_ids: list[int], message_type: str,
+                  server_round: int) -> Iterable[Message]:
+        """One message per node; with a dynamic population each node's config also says which
+        data partition it holds this round (`partition-id`, `num-partitions` of the pool)."""
+        if self.population is None:
+            return self._construct_messages(record, node_ids, message_type)
+        unknown = [n for n in node_ids if n not in self.partition_of]
+        if unknown or not self.num_slots:
+            raise RuntimeError(f"dynamic clients: nodes {unknown} did not report their partition-id")
+        held = self.population.assignment(server_round, self.num_slots)
+        pool = self.population.pool_size(self.num_slots)
+        if message_type == MessageType.TRAIN:
+            if server_round > 1 and (server_round - 1) % self.population.replace_every == 0:
+                log(INFO, "dynamic clients: %d of %d clients replaced by fresh ones (pool of %d "
+                    "partitions)", self.population.replaced(server_round, self.num_slots),
+                    self.num_slots, pool)
+            log(INFO, "dynamic clients: they hold data partitions %s",
+                [held[self.partition_of[n]] for n in node_ids])
+        messages = []
+        for node in node_ids:
+            config = ConfigRecord(dict(record[self.configrecord_key]))
+            config["partition-id"], config["num-partitions"] = held[self.partition_of[node]], pool
+            content = RecordDict({self.arrayrecord_key: record[self.arrayrecord_key],
+                                  self.configrecord_key: config})
+            messages.extend(self._construct_messages(content, [node], message_type))
+        return messages
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
@@ -331,7 +366,7 @@ class LookaheadFedAvg(RoundConfig, FedAvg):
         config = ConfigRecord(dict(config))
         config["server-round"] = server_round
         record = RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: config})
-        return self._construct_messages(record, node_ids, MessageType.EVALUATE)
+        return self._messages(record, node_ids, MessageType.EVALUATE, server_round)
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
         good = []

@@ -1,0 +1,94 @@
+"""The papers' numbers from a run's per-round rows: EMA, accuracy at round R, rounds to X%, summary.
+
+SPEC 1.7: EMA_t = 0.9 * EMA_{t-1} + 0.1 * acc_t, starting at the first accuracy measured after
+training (round 0, the initial model, is not part of it). "Accuracy at round R" and "rounds to
+reach X%" are read off the EMA; a run that never reaches X% within its T rounds reports "T+".
+
+Rows are dicts with a "round" key and, on evaluated rounds, "test-acc" and "ema-acc" (accuracies
+as fractions in [0, 1]); targets are given in percent, as the papers write them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+EMA_FACTOR = 0.9
+
+
+def ema_update(ema: float | None, acc: float, factor: float = EMA_FACTOR) -> float:
+    """One EMA step; the first accuracy starts the average."""
+    return acc if ema is None else factor * ema + (1 - factor) * acc
+
+
+def ema_series(accs: Iterable[float], factor: float = EMA_FACTOR) -> list[float]:
+    """EMA of a sequence of accuracies (one per evaluated round, in order)."""
+    out: list[float] = []
+    ema = None
+    for acc in accs:
+        ema = ema_update(ema, acc, factor)
+        out.append(ema)
+    return out
+
+
+def curve(rows: Sequence[dict[str, Any]], key: str = "ema-acc") -> tuple[list[int], list[float]]:
+    """(rounds, values) of the rows after round 0 that hold `key`."""
+    pairs = [(r["round"], r[key]) for r in rows if r["round"] > 0 and r.get(key) is not None]
+    return [p[0] for p in pairs], [p[1] for p in pairs]
+
+
+def value_at_round(rounds: Sequence[int], values: Sequence[float], at: int) -> float | None:
+    """The value at round `at`: the last one measured at or before it (eval-every > 1).
+
+    None when the run did not get to round `at`, or nothing was measured by then.
+    """
+    if not rounds or at > rounds[-1]:
+        return None
+    last = None
+    for r, v in zip(rounds, values):
+        if r > at:
+            break
+        last = v
+    return last
+
+
+def not_reached(total_rounds: int) -> str:
+    """How the papers write "not reached within T rounds"."""
+    return f"{total_rounds}+"
+
+
+def rounds_to_target(rounds: Sequence[int], values: Sequence[float], target_pct: float,
+                     total_rounds: int) -> int | str:
+    """First round whose value is >= target_pct / 100, or "T+" if none is."""
+    for r, v in zip(rounds, values):
+        if v >= target_pct / 100.0 - 1e-12:
+            return r
+    return not_reached(total_rounds)
+
+
+def round_key(value: float) -> str:
+    """Dictionary key of a round or target: '500', '80', '37.5'."""
+    return f"{value:g}"
+
+
+def run_summary(rows: Sequence[dict[str, Any]], *, acc_at_rounds: Sequence[int],
+                target_accs: Sequence[float], total_rounds: int) -> dict[str, Any]:
+    """The end-of-run numbers: accuracy (EMA) at the given rounds, rounds to each target, bytes."""
+    rounds, ema = curve(rows, "ema-acc")
+    evaluated = [r for r in rows if r["round"] > 0 and "test-acc" in r]
+    last = evaluated[-1] if evaluated else {}
+    trained = [r for r in rows if r["round"] > 0]
+    out: dict[str, Any] = {
+        "rounds": len(trained),
+        "final-test-acc": last.get("test-acc"),
+        "final-ema-acc": last.get("ema-acc"),
+        "final-test-loss": last.get("test-loss"),
+        "acc-at-round": {round_key(r): value_at_round(rounds, ema, r) for r in acc_at_rounds},
+        "rounds-to-acc": {round_key(t): rounds_to_target(rounds, ema, t, total_rounds)
+                          for t in target_accs},
+    }
+    for key in ("bytes-down-total", "bytes-up-total"):
+        out[key] = trained[-1].get(key, 0) if trained else 0
+    out["bytes-total"] = out["bytes-down-total"] + out["bytes-up-total"]
+    out["train-seconds"] = sum(r.get("seconds", 0.0) for r in trained)
+    return out

@@ -1,0 +1,104 @@
+"""PNG plots of a run (accuracy vs round, accuracy vs bytes) and of a sweep (every method's EMA).
+
+Drawn with matplotlib's object API on the Agg canvas (no pyplot, no display needed). Every plot
+is FIGSIZE inches at DPI, i.e. 640 x 400 pixels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+
+from .metrics import curve
+
+FIGSIZE = (6.4, 4.0)
+DPI = 100
+
+
+def _figure(title: str, xlabel: str, ylabel: str):
+    fig = Figure(figsize=FIGSIZE, dpi=DPI)
+    ax = fig.add_subplot()
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, alpha=0.3)
+    if xlabel == "round":
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    return fig, ax
+
+
+def _save(fig: Figure, path: Path) -> Path:
+    fig.tight_layout()
+    tmp = path.with_name(path.stem + ".tmp.png")
+    fig.savefig(tmp, dpi=DPI)  # no bbox_inches="tight": keep the size fixed
+    tmp.replace(path)
+    return path
+
+
+def plot_run(rows: Sequence[dict[str, Any]], run_dir: Path, title: str = "") -> list[Path]:
+    """accuracy.png (test and EMA accuracy vs round) and accuracy_vs_bytes.png (vs cumulative
+    megabytes sent down + up) in `run_dir`."""
+    run_dir = Path(run_dir)
+    tested = [r for r in rows if r.get("test-acc") is not None]
+    rounds, test = [r["round"] for r in tested], [100 * r["test-acc"] for r in tested]
+    ema_rounds, ema = curve(rows, "ema-acc")
+    ema = [100 * v for v in ema]
+
+    fig, ax = _figure(title, "round", "test accuracy (%)")
+    ax.plot(rounds, test, "o-", ms=2.5, lw=0.8, alpha=0.6, label="test accuracy")
+    ax.plot(ema_rounds, ema, "-", lw=2.0, label="EMA (0.9)")
+    ax.legend(loc="lower right")
+    out = [_save(fig, run_dir / "accuracy.png")]
+
+    def mb(r):
+        return (r.get("bytes-down-total", 0) + r.get("bytes-up-total", 0)) / 1e6
+
+    fig, ax = _figure(title, "megabytes sent (down + up, cumulative)", "test accuracy (%)")
+    ax.plot([mb(r) for r in tested], test, "o-", ms=2.5, lw=0.8, alpha=0.6, label="test accuracy")
+    by_round = {r["round"]: r for r in rows}
+    ax.plot([mb(by_round[r]) for r in ema_rounds], ema, "-", lw=2.0, label="EMA (0.9)")
+    ax.legend(loc="lower right")
+    out.append(_save(fig, run_dir / "accuracy_vs_bytes.png"))
+    return out
+
+
+def mean_curve(runs: Sequence[tuple[Sequence[int], Sequence[float]]]):
+    """Mean and sample std over seeds on the rounds every seed has."""
+    common = sorted(set.intersection(*(set(r) for r, _ in runs))) if runs else []
+    mean, std = [], []
+    for rnd in common:
+        vals = [v[list(r).index(rnd)] for r, v in runs]
+        m = sum(vals) / len(vals)
+        mean.append(m)
+        std.append((sum((x - m) ** 2 for x in vals) / (len(vals) - 1)) ** 0.5 if len(vals) > 1 else 0.0)
+    return common, mean, std
+
+
+def plot_ema_curves(curves: dict[str, Sequence[tuple[Sequence[int], Sequence[float]]]], path: Path,
+                    title: str = "", target_accs: Sequence[float] = ()) -> Path:
+    """One line per method: EMA accuracy vs round, mean over seeds, shaded +- one std.
+
+    `curves[method]` holds one (rounds, ema values as fractions) pair per seed.
+    """
+    fig, ax = _figure(title, "round", "EMA test accuracy (%)")
+    top = 0.0
+    for method, runs in curves.items():
+        rounds, mean, std = mean_curve(runs)
+        if not rounds:
+            continue
+        mean_pct = [100 * m for m in mean]
+        top = max(top, max(mean_pct))
+        line, = ax.plot(rounds, mean_pct, lw=1.8, label=f"{method} ({len(runs)} seed{'s' * (len(runs) > 1)})")
+        if len(runs) > 1:
+            ax.fill_between(rounds, [m - 100 * s for m, s in zip(mean_pct, std)],
+                            [m + 100 * s for m, s in zip(mean_pct, std)],
+                            color=line.get_color(), alpha=0.15, lw=0)
+    for t in target_accs:  # the targets the curves come near (far ones would squash them)
+        if t <= top + 10:
+            ax.axhline(t, color="grey", ls=":", lw=0.8)
+    ax.legend(loc="best", fontsize=8)
+    return _save(fig, Path(path))

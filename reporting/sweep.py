@@ -1,0 +1,422 @@
+"""Run a grid of simulations (methods x settings x seeds) and write the papers' comparison table.
+
+    python -m reporting.sweep sweeps/digits.yaml             # run what is missing, then the table
+    python -m reporting.sweep sweeps/digits.yaml --dry-run   # list the cells and what is done
+    python -m reporting.sweep sweeps/digits.yaml --table-only
+
+Each cell is one `flwr run <app> <connection> --stream --run-config <cell.toml>
+--federation-config "..."`, run in turn, against a simulation SuperLink the sweep starts on free
+loopback ports and stops at the end (also on an error or Ctrl-C), unless `connection` names one
+of your own (it must run on this machine: the sweep reads the run folders it writes).
+A cell whose run folder holds a complete results.json made from the same cell description is
+skipped, so a stopped sweep resumes where it was. The sweep file format is in the README
+("Sweeps"); `SWEEP_KEYS` lists its keys.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+from run_config import ConfigError, acc_at_rounds, resolve, target_accs
+
+from .metrics import curve, run_summary
+from .superlink import LocalSuperLink
+from .table import MethodRuns, comparison, runs_csv
+
+APP_DIR = Path(__file__).resolve().parents[1]  # this repository is the Flower app
+SWEEP_KEYS = {
+    "name": "folder name of the sweep under out-dir (default: the YAML file's name)",
+    "out-dir": "where sweeps are written (default: runs/sweeps, relative to the current folder)",
+    "app": "the Flower app folder (default: this repository)",
+    "connection": "a SuperLink connection of your own (default: start one for the sweep)",
+    "run-config": "run-config keys of every cell: a mapping, or a .toml / .yaml file",
+    "federation-config": "--federation-config of every cell, e.g. {num-supernodes: 20}",
+    "seeds": "list of seeds (default [0])",
+    "methods": "name -> run-config keys or a file: one table row each (required)",
+    "settings": "name -> run-config keys or a file: one table and plot each (optional)",
+    "acc-at-rounds": "rounds of the 'Acc. at R' columns (default: the runs' acc-at-rounds)",
+    "target-accs": "targets (%) of the 'Rounds to X%' columns (default: the runs' target-accs)",
+    "cell-timeout": "seconds one cell may take before it is stopped (default: no limit)",
+}
+NOT_IN_CELLS = ("out-dir", "run-name", "seed")  # set by the sweep for every cell
+# Where a run is written and what its summary reports do not change the run: a finished cell
+# stays finished when only these change (the table is computed again from the rounds).
+NOT_IN_DESCRIPTION = ("out-dir", "run-name", "acc-at-rounds", "target-accs")
+
+
+class SweepError(ValueError):
+    """The sweep file is wrong."""
+
+
+@dataclass
+class Cell:
+    setting: str
+    method: str
+    seed: int
+    run_config: dict[str, Any]
+    federation_config: dict[str, Any]
+    run_dir: Path
+
+    def description(self) -> dict[str, Any]:
+        """What the run is made from (not where it is written): a finished cell is reused only
+        when this has not changed."""
+        run = {k: v for k, v in self.run_config.items() if k not in NOT_IN_DESCRIPTION}
+        return {"run-config": run, "federation-config": self.federation_config}
+
+
+@dataclass
+class Sweep:
+    path: Path
+    dir: Path
+    app: Path
+    connection: str | None
+    cells: list[Cell]
+    methods: list[str]
+    settings: list[str]
+    acc_at_rounds: list[int] | None = None
+    target_accs: list[float] | None = None
+    cell_timeout: float | None = None
+    failed: list[Cell] = field(default_factory=list)
+
+
+# --- the sweep file ----------------------------------------------------------------------
+def slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._+=-]+", "_", str(name)).strip("_") or "_"
+
+
+def load_config_file(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(run config, federation config) of a .toml file (flat keys, or a pyproject's
+    [tool.flwr.app.config]) or a .yaml file (flat keys, or `run-config:` / `federation-config:`)."""
+    if not path.is_file():
+        raise SweepError(f"config file {path} not found")
+    if path.suffix == ".toml":
+        data = tomllib.loads(path.read_text())
+        data = data.get("tool", {}).get("flwr", {}).get("app", {}).get("config", data)
+    elif path.suffix in (".yaml", ".yml"):
+        data = yaml.safe_load(path.read_text()) or {}
+    else:
+        raise SweepError(f"config file {path}: expected a .toml, .yaml or .yml file")
+    if not isinstance(data, dict):
+        raise SweepError(f"config file {path}: expected a mapping of run-config keys")
+    if "run-config" in data or "federation-config" in data:
+        return dict(data.get("run-config") or {}), dict(data.get("federation-config") or {})
+    return dict(data), {}
+
+
+def part(spec: Any, where: str, base: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A method / setting / the common part: a mapping of run-config keys (which may name a
+    `run-config-file` and hold a `federation-config` mapping), or the path of a config file."""
+    if spec is None:
+        return {}, {}
+    if isinstance(spec, str):
+        return load_config_file((base / spec).expanduser())
+    if not isinstance(spec, dict):
+        raise SweepError(f"{where}: expected a mapping of run-config keys or a file name, got {spec!r}")
+    spec = dict(spec)
+    run, fed = {}, {}
+    if "run-config-file" in spec:
+        run, fed = load_config_file((base / str(spec.pop("run-config-file"))).expanduser())
+    fed.update(spec.pop("federation-config", None) or {})
+    run.update(spec)
+    return run, fed
+
+
+def _numbers(value: Any, kind: type, where: str) -> list:
+    if isinstance(value, str):
+        value = [v for v in value.replace(" ", "").split(",") if v]
+    if not isinstance(value, list):
+        raise SweepError(f"{where}: expected a list, got {value!r}")
+    try:
+        return [kind(v) for v in value]
+    except (TypeError, ValueError):
+        raise SweepError(f"{where}: expected a list of {kind.__name__}s, got {value!r}") from None
+
+
+def load_sweep(path: Path, out_dir: Path | None = None, connection: str | None = None) -> Sweep:
+    path = Path(path).resolve()
+    spec = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(spec, dict):
+        raise SweepError(f"{path}: expected a mapping")
+    unknown = sorted(set(spec) - set(SWEEP_KEYS))
+    if unknown:
+        raise SweepError(f"{path}: unknown key(s) {unknown}; the keys are {sorted(SWEEP_KEYS)}")
+    if not spec.get("methods") or not isinstance(spec["methods"], dict):
+        raise SweepError(f"{path}: 'methods' must map each method's name to its run-config keys")
+    base = path.parent
+    name = slug(spec.get("name") or path.stem)
+    root = Path(out_dir or spec.get("out-dir") or "runs/sweeps").expanduser()
+    sweep_dir = (root if root.is_absolute() else Path.cwd() / root).resolve() / name
+    common_run, common_fed = part(spec.get("run-config"), "run-config", base)
+    common_fed.update(spec.get("federation-config") or {})
+    settings = spec.get("settings") or {"": {}}
+    if not isinstance(settings, dict):
+        raise SweepError(f"{path}: 'settings' must map each setting's name to its run-config keys")
+    seeds = _numbers(spec.get("seeds", [0]), int, "seeds")
+    report = {}
+    if "acc-at-rounds" in spec:
+        report["acc-at-rounds"] = ",".join(str(r) for r in _numbers(spec["acc-at-rounds"], int,
+                                                                   "acc-at-rounds"))
+    if "target-accs" in spec:
+        report["target-accs"] = ",".join(f"{t:g}" for t in _numbers(spec["target-accs"], float,
+                                                                   "target-accs"))
+    cells = []
+    for s_name, s_spec in settings.items():
+        s_run, s_fed = part(s_spec, f"settings.{s_name}", base)
+        for m_name, m_spec in spec["methods"].items():
+            m_run, m_fed = part(m_spec, f"methods.{m_name}", base)
+            for seed in seeds:
+                out = sweep_dir / "runs" / (slug(s_name) if s_name else "") / slug(m_name)
+                run_dir = out / f"seed-{seed}"
+                run = {**common_run, **s_run, **m_run, **report}
+                for key in NOT_IN_CELLS:
+                    run.pop(key, None)
+                run.update({"seed": seed, "out-dir": str(out), "run-name": run_dir.name})
+                where = f"cell ({s_name or 'default'}, {m_name}, seed {seed})"
+                try:
+                    resolve(run)  # every cell's config is checked before anything runs
+                except ConfigError as err:
+                    raise SweepError(f"{where}: {err}") from None
+                cells.append(Cell(str(s_name), str(m_name), seed, run,
+                                  {**common_fed, **s_fed, **m_fed}, run_dir))
+    dirs = [c.run_dir for c in cells]
+    if len(set(dirs)) != len(dirs):
+        raise SweepError(f"{path}: two method or setting names give the same folder name "
+                         f"({sorted({d for d in dirs if dirs.count(d) > 1})[0]}); rename one")
+    app = Path(spec.get("app") or APP_DIR)
+    return Sweep(
+        path=path, dir=sweep_dir, app=(app if app.is_absolute() else base / app).resolve(),
+        connection=connection or spec.get("connection"), cells=cells,
+        methods=[str(m) for m in spec["methods"]], settings=[str(s) for s in settings],
+        acc_at_rounds=_numbers(spec["acc-at-rounds"], int, "acc-at-rounds")
+        if "acc-at-rounds" in spec else None,
+        target_accs=_numbers(spec["target-accs"], float, "target-accs")
+        if "target-accs" in spec else None,
+        cell_timeout=spec.get("cell-timeout"),
+    )
+
+
+# --- cells -------------------------------------------------------------------------------
+def toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)  # a TOML basic string
+    raise SweepError(f"run-config value {value!r}: expected a bool, number or string")
+
+
+def results_of(run_dir: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((run_dir / "results.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def is_done(cell: Cell) -> bool:
+    """A complete results.json, made from this very cell description."""
+    results = results_of(cell.run_dir)
+    if not results or not results.get("summary", {}).get("complete"):
+        return False
+    try:
+        made_from = json.loads((cell.run_dir / "sweep-cell.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return made_from == json.loads(json.dumps(cell.description()))
+
+
+def command(cell: Cell, sweep: Sweep, connection: str) -> list[str]:
+    cmd = ["flwr", "run", str(sweep.app), connection, "--stream",
+           "--run-config", str(cell.run_dir / "run-config.toml")]
+    if cell.federation_config:
+        cmd += ["--federation-config",
+                " ".join(f"{k}={toml_value(v)}" for k, v in cell.federation_config.items())]
+    return cmd
+
+
+def run_cell(cell: Cell, sweep: Sweep, connection: str, env: dict[str, str], echo: bool) -> bool:
+    """Run one cell with `flwr run`; True when it left a complete results.json."""
+    cell.run_dir.mkdir(parents=True, exist_ok=True)
+    for stale in ("results.json", "sweep-cell.json"):
+        (cell.run_dir / stale).unlink(missing_ok=True)
+    (cell.run_dir / "run-config.toml").write_text(
+        "".join(f"{k} = {toml_value(v)}\n" for k, v in cell.run_config.items()))
+    cmd = command(cell, sweep, connection)
+    run_id = None
+    with open(cell.run_dir / "flwr-run.log", "w") as log:
+        log.write("$ " + " ".join(cmd) + "\n")
+        proc = subprocess.Popen(cmd, cwd=sweep.app, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        deadline = time.monotonic() + sweep.cell_timeout if sweep.cell_timeout else None
+        try:
+            for line in proc.stdout:
+                log.write(line)
+                found = re.search(r"started run (\d+)", line)
+                run_id = run_id or (found.group(1) if found else None)
+                if echo and re.search(r"\[round \d+/\d+\]|Done:", line):
+                    print("   ", line.rstrip(), flush=True)
+                if deadline and time.monotonic() > deadline:
+                    print(f"    cell took longer than cell-timeout = {sweep.cell_timeout} s: stopped")
+                    break
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+                if run_id:  # the run goes on in the SuperLink otherwise
+                    subprocess.run(["flwr", "stop", run_id, connection], cwd=sweep.app, env=env,
+                                   capture_output=True, timeout=60)
+            proc.wait()
+    results = results_of(cell.run_dir)
+    if results and results.get("summary", {}).get("complete"):
+        (cell.run_dir / "sweep-cell.json").write_text(json.dumps(cell.description(), indent=2))
+        return True
+    if echo:  # the end of the log says why
+        tail = (cell.run_dir / "flwr-run.log").read_text().splitlines()[-12:]
+        print("\n".join("    | " + line for line in tail), flush=True)
+    return False
+
+
+def run_sweep(sweep: Sweep, echo: bool = True) -> None:
+    """Run every cell that is not done, in order, on one SuperLink."""
+    todo = [c for c in sweep.cells if not is_done(c)]
+    print(f"sweep {sweep.dir}: {len(sweep.cells)} cells, {len(sweep.cells) - len(todo)} done, "
+          f"{len(todo)} to run", flush=True)
+    if not todo:
+        return
+    link = None
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def interrupted(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    for sig in previous:  # also when started in the background, where SIGINT is ignored
+        signal.signal(sig, interrupted)
+    try:
+        if sweep.connection:
+            connection = sweep.connection
+            env = {**os.environ, "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1"}
+        else:
+            link = LocalSuperLink().start()
+            connection, env = link.connection, link.env
+            print(f"started a SuperLink on 127.0.0.1:{link.port} (stopped at the end)", flush=True)
+        for i, cell in enumerate(todo, 1):
+            label = f"[{i}/{len(todo)}] {cell.setting + ' / ' if cell.setting else ''}" \
+                    f"{cell.method} / seed {cell.seed}"
+            print(label, flush=True)
+            t = time.monotonic()
+            ok = run_cell(cell, sweep, connection, env, echo)
+            status = "done" if ok else f"FAILED (see {cell.run_dir / 'flwr-run.log'})"
+            print(f"    {status} in {time.monotonic() - t:.0f} s", flush=True)
+            if not ok:
+                sweep.failed.append(cell)
+    finally:
+        if link is not None:
+            link.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+# --- table and plot ----------------------------------------------------------------------
+def write_report(sweep: Sweep) -> str:
+    """table.md, table.csv, runs.csv and ema*.png in the sweep folder, from the finished cells."""
+    done = [(c, results_of(c.run_dir)) for c in sweep.cells]
+    done = [(c, r) for c, r in done if r and r.get("summary", {}).get("complete")]
+    if not done:
+        raise SweepError(f"no finished cell in {sweep.dir}: nothing to tabulate")
+    first_cfg = done[0][1]["config"]
+    rounds = sweep.acc_at_rounds or acc_at_rounds(first_cfg)
+    targets = sweep.target_accs or target_accs(first_cfg)
+    by_row: dict[tuple[str, str], MethodRuns] = {}
+    cells, curves = [], {}
+    for setting in sweep.settings:
+        for method in sweep.methods:
+            by_row[setting, method] = MethodRuns(method, setting=setting)
+    for cell, results in done:
+        summary = run_summary(results["rounds"], acc_at_rounds=rounds, target_accs=targets,
+                              total_rounds=results["config"]["num-server-rounds"])
+        by_row[cell.setting, cell.method].summaries.append(summary)
+        cells.append({"setting": cell.setting, "method": cell.method, "seed": cell.seed,
+                      "summary": summary, "run-dir": str(cell.run_dir)})
+        curves.setdefault(cell.setting, {}).setdefault(cell.method, []).append(
+            curve(results["rounds"], "ema-acc"))
+    rows = [m for m in by_row.values() if m.summaries]
+    md, csv_text = comparison(rows, rounds, targets)
+    sweep.dir.mkdir(parents=True, exist_ok=True)
+    (sweep.dir / "table.md").write_text(md)
+    (sweep.dir / "table.csv").write_text(csv_text)
+    (sweep.dir / "runs.csv").write_text(runs_csv(cells, rounds, targets))
+    from .plots import plot_ema_curves
+
+    for setting, per_method in curves.items():
+        name = f"ema-{slug(setting)}.png" if setting else "ema.png"
+        plot_ema_curves(per_method, sweep.dir / name, title=f"{sweep.dir.name}"
+                        + (f" / {setting}" if setting else "") + ": EMA test accuracy",
+                        target_accs=targets)
+    return md
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m reporting.sweep", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("sweep", type=Path, help="the sweep's YAML file")
+    parser.add_argument("--out-dir", type=Path, help="overrides the file's out-dir")
+    parser.add_argument("--connection", help="use this SuperLink connection instead of starting one")
+    parser.add_argument("--dry-run", action="store_true", help="list the cells and their state")
+    parser.add_argument("--table-only", action="store_true", help="only (re)write the table and plot")
+    parser.add_argument("--quiet", action="store_true", help="do not echo the runs' round lines")
+    args = parser.parse_args(argv)
+    try:
+        sweep = load_sweep(args.sweep, args.out_dir, args.connection)
+    except SweepError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if args.dry_run:
+        for cell in sweep.cells:
+            state = "done" if is_done(cell) else "to run"
+            print(f"{state:7s} {cell.setting or '-'} | {cell.method} | seed {cell.seed} | "
+                  + " ".join(command(cell, sweep, sweep.connection or "<own SuperLink>")))
+        return 0
+    if not args.table_only:
+        if not shutil.which("flwr"):
+            print("error: the flwr command is not installed (pip install -e .)", file=sys.stderr)
+            return 2
+        try:
+            run_sweep(sweep, echo=not args.quiet)
+        except KeyboardInterrupt:
+            print("interrupted: the SuperLink was stopped; run the same command to resume",
+                  file=sys.stderr)
+            return 130
+    try:
+        md = write_report(sweep)
+    except SweepError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    print(md)
+    print(f"table: {sweep.dir / 'table.md'} and table.csv; per run: runs.csv; plot: "
+          f"{', '.join(p.name for p in sorted(sweep.dir.glob('ema*.png')))}")
+    if sweep.failed:
+        print(f"{len(sweep.failed)} cell(s) failed: " + ", ".join(
+            f"{c.method}/seed {c.seed}" for c in sweep.failed), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""The papers' comparison table: one row per method, mean +- std over seeds, as Markdown and CSV.
+
+Columns: Acc. at R1, Acc. at R2 (EMA test accuracy, %), rounds to X%, rounds to Y% (first round
+whose EMA reaches the target), MB sent per round (down + up), number of seeds.
+Rounds to a target: "mean +- std" when every seed reached it; "T+" when none did; when only some
+did, the mean counting the others as T, marked "+" (a lower bound) with how many reached it.
+Standard deviations are sample standard deviations (n - 1); one seed shows the mean alone.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .metrics import not_reached, round_key
+
+
+@dataclass
+class MethodRuns:
+    """Every seed's run summary of one method (in one setting)."""
+
+    method: str
+    summaries: list[dict[str, Any]] = field(default_factory=list)
+    setting: str = ""
+
+
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
+    n = len(values)
+    mean = sum(values) / n
+    if n < 2:
+        return mean, 0.0
+    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+
+
+def _num(x: float) -> str:
+    return f"{x:.0f}" if abs(x - round(x)) < 1e-9 else f"{x:.1f}"
+
+
+def format_acc(values: Sequence[float | None]) -> str:
+    """Accuracies (fractions) as 'mean +- std' in percent; '-' when no seed has one."""
+    have = [v * 100 for v in values if v is not None]
+    if not have:
+        return "-"
+    mean, std = mean_std(have)
+    text = f"{mean:.2f}" if len(have) == 1 else f"{mean:.2f} ± {std:.2f}"
+    return text if len(have) == len(values) else f"{text} ({len(have)}/{len(values)})"
+
+
+def format_rounds(values: Sequence[int | str], total_rounds: int) -> str:
+    """Rounds to a target over seeds: ints where reached, 'T+' strings where not."""
+    reached = [v for v in values if isinstance(v, int)]
+    if not reached:
+        return not_reached(total_rounds)
+    if len(reached) == len(values):
+        mean, std = mean_std(reached)
+        return _num(mean) if len(values) == 1 else f"{_num(mean)} ± {_num(std)}"
+    bound = [v if isinstance(v, int) else total_rounds for v in values]
+    return f"{_num(sum(bound) / len(bound))}+ ({len(reached)}/{len(values)} reached)"
+
+
+def header(acc_at_rounds: Sequence[int], target_accs: Sequence[float]) -> list[str]:
+    return (["Method"] + [f"Acc. at {r}R (%)" for r in acc_at_rounds]
+            + [f"Rounds to {round_key(t)}%" for t in target_accs] + ["MB per round", "Seeds"])
+
+
+def table_rows(runs: Sequence[MethodRuns], acc_at_rounds: Sequence[int],
+               target_accs: Sequence[float]) -> list[list[str]]:
+    rows = []
+    for m in runs:
+        s = m.summaries
+        total = max((x["rounds"] for x in s), default=0)
+        cells = [m.method]
+        cells += [format_acc([x["acc-at-round"].get(round_key(r)) for x in s]) for r in acc_at_rounds]
+        cells += [format_rounds([x["rounds-to-acc"][round_key(t)] for x in s], total)
+                  for t in target_accs]
+        per_round = [x["bytes-total"] / x["rounds"] / 1e6 for x in s if x["rounds"]]
+        cells.append(f"{mean_std(per_round)[0]:.3g}" if per_round else "-")
+        cells.append(str(len(s)))
+        rows.append(cells)
+    return rows
+
+
+def markdown(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def csv_text(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(head)
+    writer.writerows(rows)
+    return buf.getvalue()
+
+
+def comparison(runs: Sequence[MethodRuns], acc_at_rounds: Sequence[int],
+               target_accs: Sequence[float]) -> tuple[str, str]:
+    """(Markdown, CSV) of the table; with several settings, one Markdown table per setting and a
+    'Setting' column in the CSV."""
+    head = header(acc_at_rounds, target_accs)
+    settings = list(dict.fromkeys(m.setting for m in runs)) or [""]
+    with_setting = len(settings) > 1 or bool(settings[0])
+    md_parts, csv_rows = [], []
+    for setting in settings:
+        group = [m for m in runs if m.setting == setting]
+        rows = table_rows(group, acc_at_rounds, target_accs)
+        md = markdown(head, rows)
+        md_parts.append(f"### {setting}\n\n{md}" if setting else md)
+        csv_rows += [[setting] + r if with_setting else r for r in rows]
+    csv_head = ["Setting"] + head if with_setting else head
+    return "\n\n".join(md_parts) + "\n", csv_text(csv_head, csv_rows)
+
+
+def runs_csv(cells: Sequence[dict[str, Any]], acc_at_rounds: Sequence[int],
+             target_accs: Sequence[float]) -> str:
+    """One row per run (cell) with the raw numbers behind the table."""
+    head = (["setting", "method", "seed", "rounds"] + [f"acc-at-{r}" for r in acc_at_rounds]
+            + [f"rounds-to-{round_key(t)}" for t in target_accs]
+            + ["final-test-acc", "final-ema-acc", "bytes-down-total", "bytes-up-total",
+               "train-seconds", "run-dir"])
+    rows = []
+    for c in cells:
+        s = c["summary"]
+        rows.append([c["setting"], c["method"], c["seed"], s["rounds"]]
+                    + [s["acc-at-round"].get(round_key(r)) for r in acc_at_rounds]
+                    + [s["rounds-to-acc"][round_key(t)] for t in target_accs]
+                    + [s["final-test-acc"], s["final-ema-acc"], s["bytes-down-total"],
+                       s["bytes-up-total"], round(s["train-seconds"], 2), c["run-dir"]])
+    return csv_text(head, [["" if v is None else v for v in r] for r in rows])

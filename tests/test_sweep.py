@@ -1,0 +1,173 @@
+"""Sweeps: the grid file, and a real sweep (flwr run on a SuperLink the sweep starts and stops)."""
+
+import csv
+import json
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from reporting.sweep import SweepError, load_sweep
+from test_reporting import assert_plot
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def write(path: Path, obj) -> Path:
+    path.write_text(yaml.safe_dump(obj, sort_keys=False))
+    return path
+
+
+def test_grid_expands_methods_settings_seeds_and_files(tmp_path):
+    (tmp_path / "presets").mkdir()
+    (tmp_path / "presets" / "acg.toml").write_text('method = "fedacg"\nlam = 0.9\n')
+    write(tmp_path / "presets" / "iid.yaml",
+          {"run-config": {"partitioner": "iid"}, "federation-config": {"num-supernodes": 50}})
+    sweep = load_sweep(write(tmp_path / "grid.yaml", {
+        "out-dir": str(tmp_path / "out"),
+        "run-config": {"num-server-rounds": 7, "lr": 0.1, "seed": 99},
+        "federation-config": {"num-supernodes": 10},
+        "seeds": [3, 4],
+        "methods": {"FedAvg": {"method": "fedavg"}, "FedACG 0.9": "presets/acg.toml",
+                    "FedACG beta": {"run-config-file": "presets/acg.toml", "beta": 0.1}},
+        "settings": {"dir0.3": {"dirichlet-alpha": 0.3}, "iid": "presets/iid.yaml"},
+        "target-accs": [30, 38],
+    }))
+    assert sweep.dir == tmp_path / "out" / "grid"
+    assert len(sweep.cells) == 2 * 3 * 2
+    by = {(c.setting, c.method, c.seed): c for c in sweep.cells}
+    c = by["iid", "FedACG beta", 4]
+    assert c.run_config == {
+        "num-server-rounds": 7, "lr": 0.1, "partitioner": "iid", "method": "fedacg", "lam": 0.9,
+        "beta": 0.1, "target-accs": "30,38", "seed": 4,
+        "out-dir": str(tmp_path / "out" / "grid" / "runs" / "iid" / "FedACG_beta"), "run-name": "seed-4"}
+    assert c.federation_config == {"num-supernodes": 50}  # the setting's file wins
+    assert by["dir0.3", "FedAvg", 3].federation_config == {"num-supernodes": 10}
+    assert by["dir0.3", "FedACG 0.9", 3].run_config["lam"] == 0.9
+    assert len({c.run_dir for c in sweep.cells}) == 12  # one run folder per cell
+    assert sweep.target_accs == [30.0, 38.0] and sweep.acc_at_rounds is None
+
+
+@pytest.mark.parametrize("bad,words", [
+    ({"methods": {"a": {"method": "fedacg"}}, "seed": [1]}, ["unknown key", "'seed'"]),
+    ({"run-config": {"lr": 0.1}}, ["'methods'"]),
+    ({"methods": {"a": {"method": "fedacgg"}}}, ["cell (default, a, seed 0)", "did you mean 'fedacg'"]),
+    ({"methods": {"a": {"lrr": 0.1}}}, ["'lrr'", "did you mean 'lr'"]),
+    ({"methods": {"a": "nowhere.toml"}}, ["nowhere.toml", "not found"]),
+    ({"methods": {"a": {}}, "seeds": "x"}, ["seeds", "int"]),
+    ({"methods": {"A B": {}, "A/B": {}}}, ["same folder name", "A_B"]),
+])
+def test_bad_grid_is_refused_before_anything_runs(tmp_path, bad, words):
+    with pytest.raises(SweepError) as err:
+        load_sweep(write(tmp_path / "grid.yaml", bad))
+    for w in words:
+        assert w in str(err.value), (w, str(err.value))
+
+
+def sweep_cmd(path, *extra):
+    return subprocess.run([sys.executable, "-m", "reporting.sweep", str(path), *extra], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+def test_sweep_writes_the_table_and_plot_and_resumes(tmp_path):
+    grid = write(tmp_path / "two.yaml", {
+        "out-dir": str(tmp_path / "out"),
+        "federation-config": {"num-supernodes": 4},
+        "run-config": {"num-server-rounds": 3, "local-iterations": 10, "fraction-train": 0.5},
+        "seeds": [0, 1],
+        "methods": {"FedAvg": {"method": "fedavg"}, "FedACG": {"method": "fedacg"}},
+        "acc-at-rounds": [2, 3],
+        "target-accs": [1, 99.5],
+    })
+    out = sweep_cmd(grid, "--quiet")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "4 cells, 0 done, 4 to run" in out.stdout
+    port = int(re.search(r"SuperLink on 127\.0\.0\.1:(\d+)", out.stdout).group(1))
+    with socket.socket() as s:  # the sweep's SuperLink is gone
+        assert s.connect_ex(("127.0.0.1", port)) != 0
+    sweep_dir = tmp_path / "out" / "two"
+
+    lines = (sweep_dir / "table.md").read_text().strip().splitlines()
+    assert lines[0] == ("| Method | Acc. at 2R (%) | Acc. at 3R (%) | Rounds to 1% | Rounds to 99.5% "
+                        "| MB per round | Seeds |")
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in lines[2:]]
+    assert [r[0] for r in rows] == ["FedAvg", "FedACG"]  # one row per method, in the file's order
+    for r in rows:
+        assert re.fullmatch(r"\d+\.\d\d ± \d+\.\d\d", r[1]) and re.fullmatch(r"\d+\.\d\d ± \d+\.\d\d", r[2])
+        assert r[3] == "1 ± 0"  # every seed is above 1% after round 1
+        assert r[4] == "3+"  # nobody reaches 99.5% in 3 rounds
+        assert r[6] == "2"
+    assert rows[0][5] == rows[1][5]  # FedACG sends what FedAvg sends
+    with open(sweep_dir / "table.csv") as f:
+        table = list(csv.reader(f))
+    assert table[0][0] == "Method" and [r[0] for r in table[1:]] == ["FedAvg", "FedACG"]
+    assert table[1:] == rows
+    with open(sweep_dir / "runs.csv") as f:
+        runs = list(csv.DictReader(f))
+    assert [(r["method"], r["seed"]) for r in runs] == [
+        ("FedAvg", "0"), ("FedAvg", "1"), ("FedACG", "0"), ("FedACG", "1")]
+    assert_plot(sweep_dir / "ema.png")
+
+    result_files = sorted(sweep_dir.glob("runs/*/seed-*/results.json"))
+    assert len(result_files) == 4
+    for path in result_files:
+        results = json.loads(path.read_text())
+        assert results["summary"]["complete"] and results["summary"]["rounds"] == 3
+        assert (path.parent / "accuracy.png").exists()
+    stamps = [p.stat().st_mtime_ns for p in result_files]
+
+    again = sweep_cmd(grid, "--quiet")  # resumes: nothing left to run, no SuperLink started
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "4 cells, 4 done, 0 to run" in again.stdout and "SuperLink" not in again.stdout
+    assert [p.stat().st_mtime_ns for p in result_files] == stamps
+    assert (sweep_dir / "table.md").read_text().strip().splitlines() == lines
+
+    changed = yaml.safe_load(grid.read_text())
+    changed["methods"]["FedACG"]["lam"] = 0.9  # a changed cell is not taken for done
+    dry = sweep_cmd(write(grid, changed), "--dry-run")
+    states = [line.split()[0:2] for line in dry.stdout.splitlines()]
+    assert [s[0] for s in states] == ["done", "done", "to", "to"], dry.stdout
+
+
+def test_stop_process_tree_reaches_processes_in_sessions_of_their_own(tmp_path):
+    """Like the SuperLink's SuperExec (a session of its own) and Ray under it."""
+    import os
+    import time
+
+    from reporting.superlink import stop_process_tree
+
+    pids = tmp_path / "pids"
+    grandchild = ("import os, subprocess, sys, time; "
+                  "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)']); "
+                  f"open({str(pids)!r}, 'w').write(f'{{os.getpid()}} {{p.pid}}'); time.sleep(300)")
+    child = ("import subprocess, sys, time; "
+             f"subprocess.Popen([sys.executable, '-c', {grandchild!r}], start_new_session=True); "
+             "time.sleep(300)")
+    root = subprocess.Popen([sys.executable, "-c", child], start_new_session=True)
+    session = sleeper = None
+    try:
+        deadline = time.monotonic() + 30
+        while not (pids.exists() and len(pids.read_text().split()) == 2):
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        session, sleeper = map(int, pids.read_text().split())
+        assert os.getsid(session) == session != os.getsid(root.pid)
+        stop_process_tree(root.pid, grace=10, child=root)
+        assert root.poll() is not None
+        for pid in (session, sleeper):  # gone, or a zombie waiting for whoever adopted it
+            state = subprocess.run(["ps", "-o", "stat=", "-p", str(pid)], capture_output=True,
+                                   text=True).stdout.strip()
+            assert state in ("", "Z") or state.startswith("Z"), (pid, state)
+    finally:  # whatever the outcome, nothing of it is left running
+        for pid in (root.pid, session, sleeper):
+            try:
+                if pid:
+                    os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
+        root.wait()
