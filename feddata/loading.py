@@ -65,7 +65,7 @@ class _Source:
         _quiet_datasets()
         from .partitioners import build_partitioner
 
-        cfg = dict(zip(DATA_KEYS, key))
+        self.cfg = cfg = dict(zip(DATA_KEYS, key))
         spec = SPECS[cfg["dataset"]]
         self.partitioner = build_partitioner(
             cfg["partitioner"], num_partitions, spec.label,
@@ -78,22 +78,38 @@ class _Source:
             self.train, self._test = _digits_train_test(cfg["test-fraction"], cfg["seed"])
             self.partitioner.dataset = self.train
             self.fds = None
-        else:
+        else:  # the hub, or a local copy
             from .sources import federated_dataset
 
             self.fds = federated_dataset(spec, cfg["dataset-path"], self.partitioner,
                                          test_fraction=cfg["test-fraction"], seed=cfg["seed"])
 
+    def _loaded(self, call):
+        """Run `call` (the first one loads the data) and explain hub failures."""
+        try:
+            return call()
+        except (ConnectionError, FileNotFoundError) as err:
+            from .sources import DataSourceError
+
+            if self.cfg["dataset-path"]:
+                raise
+            name = self.cfg["dataset"]
+            raise DataSourceError(
+                f"could not load {name} ('{SPECS[name].hub}') from the Hugging Face hub: {err}. "
+                f"Without internet, make a local copy where the hub is reachable (python -m "
+                f"feddata.save {name} <folder>) and set dataset-path to it."
+            ) from err
+
     def load_partition(self, partition_id: int):
         if self.fds is None:
             return self.partitioner.load_partition(partition_id)
-        return self.fds.load_partition(partition_id, "train")
+        return self._loaded(lambda: self.fds.load_partition(partition_id, "train"))
 
     def test(self):
-        return self._test if self.fds is None else self.fds.load_split("test")
+        return self._test if self.fds is None else self._loaded(lambda: self.fds.load_split("test"))
 
     def train_split(self):
-        return self.train if self.fds is None else self.fds.load_split("train")
+        return self.train if self.fds is None else self._loaded(lambda: self.fds.load_split("train"))
 
 
 @functools.lru_cache(maxsize=4)

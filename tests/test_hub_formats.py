@@ -147,3 +147,5 @@ def test_missing_columns_and_paths_are_clear_errors(copies, tmp_path):
         load_partition(resolve({"dataset": "cifar10", "dataset-path": str(copies["femnist"])}), 0, 2)
     with pytest.raises(ValueError, match="no hub copy"):
         load_partition(resolve({"dataset": "emnist"}), 0, 2)
+    with pytest.raises(ValueError, match="uoft-cs/cifar100.*set dataset-path"):  # offline here
+        load_test_split(resolve({"dataset": "cifar100"}))

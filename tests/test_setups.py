@@ -12,7 +12,7 @@ from flwr.app import Context, RecordDict
 import server_app.app as server
 from fakegrid import FakeGrid, client_app_handler
 from run_config import (
-    KEYS_BY_NAME, METHODS, ConfigError, SetupError, load_setup, resolve, setup_command, setup_names,
+    ConfigError, SetupError, load_setup, resolve, setup_command, setup_names,
 )
 from run_config.__main__ import setups as setups_table
 
