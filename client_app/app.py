@@ -11,7 +11,7 @@ import torch
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
-from feddata import load_client_data, spec_of
+from feddata import TrainTransform, load_client_data, spec_of
 from models import build_model
 from models.evaluation import evaluate as evaluate_model
 from run_config import resolve
@@ -76,7 +76,11 @@ def train(msg: Message, context: Context) -> Message:
     )
     # Same seed, round and partition -> the same mini-batches in every process.
     gen = torch.Generator().manual_seed((int(c["seed"]) * 1_000_003 + int(c["server-round"])) * 100_003 + pid)
-    metrics = local_update(model, data.train_x, data.train_y, local, gen)
+    # Training batches are augmented (cfg: augment, augment-padding, augment-rotation) and
+    # normalized on the training device; evaluation data is normalized when loaded.
+    transform = TrainTransform(spec_of(cfg), cfg["augment"], cfg["augment-padding"],
+                               cfg["augment-rotation"])
+    metrics = local_update(model, data.train_x, data.train_y, local, gen, transform)
     metrics["num-examples"] = len(data.train_y)
     content = RecordDict({"arrays": ArrayRecord(model.state_dict()), "metrics": MetricRecord(metrics)})
     return Message(content=content, reply_to=msg)

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -59,10 +60,13 @@ def add_proximal_grad_(params: list[torch.Tensor], phi: list[torch.Tensor], beta
 def local_update(
     model: nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: LocalConfig,
     generator: torch.Generator | None = None,
+    transform: Callable[[torch.Tensor, torch.Generator], torch.Tensor] | None = None,
 ) -> dict[str, float]:
     """Train `model` in place from its current weights (phi); return train loss/accuracy/steps.
 
-    `x`, `y` may live on the CPU or already on the model's device.
+    `x`, `y` may live on the CPU or already on the model's device. `transform(batch, generator)`
+    turns each mini-batch, once on the device, into model input (augmentation and normalization,
+    `feddata.augment.TrainTransform`); without it, batches go to the model as they are.
     """
     device = next(model.parameters()).device
     params = [p for p in model.parameters()]
@@ -78,6 +82,8 @@ def local_update(
     steps = cfg.num_steps(len(y))
     for idx in batches(len(y), cfg.batch_size, steps, generator):
         xb, yb = x[idx].to(device, non_blocking=True), y[idx].to(device, non_blocking=True)
+        if transform is not None:
+            xb = transform(xb, generator)
         logits = model(xb)
         ce = F.cross_entropy(logits, yb)
         opt.zero_grad(set_to_none=False)

@@ -1,8 +1,13 @@
 """Server test set and client partitions as ready tensors, cached per process.
 
 A Ray actor serves many virtual clients over a run, so partitions are cached by a key of every
-config value that shapes them (dataset, split, seed, partition id): a client pays the split and
-the conversion to tensors once per process, not once per round.
+config value that shapes them (dataset, local copy, split, seed, partition id): a client pays the
+split, the image decoding and the conversion to tensors once per process, not once per round.
+
+Training inputs are kept as stored (uint8 images: a quarter of the memory of floats) and are
+augmented and normalized per mini-batch on the training device (`augment.TrainTransform`);
+evaluation inputs (a client's held-out part, the server's test set) are normalized once here.
+`datasets` and `flwr_datasets` are imported only when data is loaded.
 """
 
 from __future__ import annotations
@@ -13,37 +18,21 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import datasets
 import torch
-from datasets import Dataset
 
-from .partitioners import build_partitioner
-
-datasets.disable_progress_bars()
-
-
-@dataclass(frozen=True)
-class DatasetSpec:
-    in_shape: tuple[int, int, int]
-    num_classes: int
-    image: str  # column names
-    label: str
-    mean: float
-    std: float
-
-
-SPECS = {"digits": DatasetSpec((1, 8, 8), 10, "image", "label", mean=4.88, std=6.02)}
+from .specs import SPECS, DatasetSpec
 
 # Config keys that determine the data a client or the server sees.
-DATA_KEYS = ("dataset", "partitioner", "dirichlet-alpha", "lda-alpha", "lda-min-size",
-             "test-fraction", "client-val-fraction", "seed")
+DATA_KEYS = ("dataset", "dataset-path", "partitioner", "dirichlet-alpha", "lda-alpha",
+             "lda-min-size", "lda-self-balancing", "shards-per-client", "test-fraction",
+             "test-max-examples", "client-val-fraction", "seed")
 
 
 @dataclass(frozen=True)
 class ClientData:
-    train_x: torch.Tensor
+    train_x: torch.Tensor  # stored values (uint8 images, float arrays, uint8 characters)
     train_y: torch.Tensor
-    val_x: torch.Tensor
+    val_x: torch.Tensor  # normalized, ready for the model
     val_y: torch.Tensor
 
 
@@ -55,56 +44,104 @@ def data_key(cfg: dict[str, Any]) -> tuple:
     return tuple(cfg[k] for k in DATA_KEYS)
 
 
-@functools.lru_cache(maxsize=2)
-def _train_test(dataset: str, test_fraction: float, seed: int) -> tuple[Dataset, Dataset]:
-    if dataset == "digits":
-        from .digits import load_digits_dataset
+def _quiet_datasets() -> None:
+    import datasets
 
-        full = load_digits_dataset()
-    else:  # pragma: no cover - guarded by the config schema
-        raise ValueError(f"unknown dataset '{dataset}'")
-    split = full.train_test_split(test_size=test_fraction, seed=seed, stratify_by_column="label")
+    datasets.disable_progress_bars()
+
+
+def _digits_train_test(test_fraction: float, seed: int):
+    from .digits import load_digits_dataset
+
+    split = load_digits_dataset().train_test_split(
+        test_size=test_fraction, seed=seed, stratify_by_column="label")
     return split["train"], split["test"]
 
 
+class _Source:
+    """One process's view of the configured data: the train partitioner and the test split."""
+
+    def __init__(self, key: tuple, num_partitions: int):
+        _quiet_datasets()
+        from .partitioners import build_partitioner
+
+        self.cfg = cfg = dict(zip(DATA_KEYS, key))
+        spec = SPECS[cfg["dataset"]]
+        self.partitioner = build_partitioner(
+            cfg["partitioner"], num_partitions, spec.label,
+            dirichlet_alpha=cfg["dirichlet-alpha"], lda_alpha=cfg["lda-alpha"],
+            lda_min_size=cfg["lda-min-size"], lda_self_balancing=cfg["lda-self-balancing"],
+            natural_id=spec.natural_id, shards_per_client=cfg["shards-per-client"],
+            seed=cfg["seed"],
+        )
+        if cfg["dataset"] == "digits" and not cfg["dataset-path"]:
+            self.train, self._test = _digits_train_test(cfg["test-fraction"], cfg["seed"])
+            self.partitioner.dataset = self.train
+            self.fds = None
+        else:  # the hub, or a local copy
+            from .sources import federated_dataset
+
+            self.fds = federated_dataset(spec, cfg["dataset-path"], self.partitioner,
+                                         test_fraction=cfg["test-fraction"], seed=cfg["seed"])
+
+    def _loaded(self, call):
+        """Run `call` (the first one loads the data) and explain hub failures."""
+        try:
+            return call()
+        except (ConnectionError, FileNotFoundError) as err:
+            from .sources import DataSourceError
+
+            if self.cfg["dataset-path"]:
+                raise
+            name = self.cfg["dataset"]
+            raise DataSourceError(
+                f"could not load {name} ('{SPECS[name].hub}') from the Hugging Face hub: {err}. "
+                f"Without internet, make a local copy where the hub is reachable (python -m "
+                f"feddata.save {name} <folder>) and set dataset-path to it."
+            ) from err
+
+    def load_partition(self, partition_id: int):
+        if self.fds is None:
+            return self.partitioner.load_partition(partition_id)
+        return self._loaded(lambda: self.fds.load_partition(partition_id, "train"))
+
+    def test(self):
+        return self._test if self.fds is None else self._loaded(lambda: self.fds.load_split("test"))
+
+    def train_split(self):
+        return self.train if self.fds is None else self._loaded(lambda: self.fds.load_split("train"))
+
+
 @functools.lru_cache(maxsize=4)
-def _partitioner(key: tuple, num_partitions: int):
-    cfg = dict(zip(DATA_KEYS, key))
-    train, _ = _train_test(cfg["dataset"], cfg["test-fraction"], cfg["seed"])
-    spec = SPECS[cfg["dataset"]]
-    part = build_partitioner(
-        cfg["partitioner"], num_partitions, spec.label, dirichlet_alpha=cfg["dirichlet-alpha"],
-        lda_alpha=cfg["lda-alpha"], lda_min_size=cfg["lda-min-size"], seed=cfg["seed"],
-    )
-    part.dataset = train
-    return part
+def _source(key: tuple, num_partitions: int) -> _Source:
+    return _Source(key, num_partitions)
 
 
-def to_tensors(ds: Dataset, spec: DatasetSpec) -> tuple[torch.Tensor, torch.Tensor]:
-    arrays = ds.with_format("numpy")
-    x = torch.from_numpy(np.asarray(arrays[spec.image], dtype=np.float32))
-    x = ((x - spec.mean) / spec.std).reshape(len(ds), *spec.in_shape)
-    y = torch.from_numpy(np.asarray(arrays[spec.label], dtype=np.int64))
-    return x, y
-
-
-def load_partition(cfg: dict[str, Any], partition_id: int, num_partitions: int) -> Dataset:
+def load_partition(cfg: dict[str, Any], partition_id: int, num_partitions: int):
     """The raw partition (a `datasets.Dataset`) of client `partition_id`."""
     if not 0 <= partition_id < num_partitions:
         raise ValueError(f"partition-id {partition_id} is not in [0, num-partitions={num_partitions})")
-    part = _partitioner(data_key(cfg), num_partitions)
+    source = _source(data_key(cfg), num_partitions)
     try:
         with warnings.catch_warnings():  # flwr-datasets warns at every LDA re-draw
             warnings.filterwarnings("ignore", message=".*min_partition_size", category=UserWarning)
-            return part.load_partition(partition_id)
+            return source.load_partition(partition_id)
     except ValueError as err:
         if cfg["partitioner"] == "lda":
             raise ValueError(
                 f"the LDA split (lda-alpha={cfg['lda-alpha']}) could not give each of "
                 f"{num_partitions} clients at least lda-min-size={cfg['lda-min-size']} examples: "
-                "lower lda-min-size, raise lda-alpha or use fewer clients."
+                "lower lda-min-size, raise lda-alpha, set lda-self-balancing or use fewer clients."
             ) from err
         raise
+
+
+def to_tensors(ds, spec: DatasetSpec, ready: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(inputs, labels) of `ds`; inputs normalized for the model when `ready`, else as stored."""
+    from .decode import input_tensor, label_tensor, normalize
+
+    x = input_tensor(ds, spec)
+    return (normalize(x, spec) if ready else x), label_tensor(ds, spec)
 
 
 @functools.lru_cache(maxsize=256)
@@ -118,21 +155,30 @@ def _client_data(key: tuple, partition_id: int, num_partitions: int) -> ClientDa
         train, val = split["train"], split["test"]
     else:
         train, val = part, part.select([])
-    return ClientData(*to_tensors(train, spec), *to_tensors(val, spec))
+    return ClientData(*to_tensors(train, spec, ready=False), *to_tensors(val, spec, ready=True))
 
 
 def load_client_data(cfg: dict[str, Any], partition_id: int, num_partitions: int) -> ClientData:
-    """Client `partition_id`'s training and held-out tensors (cached per process)."""
+    """Client `partition_id`'s training (stored) and held-out (normalized) tensors, cached."""
     return _client_data(data_key(cfg), partition_id, num_partitions)
+
+
+def load_test_split(cfg: dict[str, Any], num_partitions: int = 1):
+    """The server's test split (a `datasets.Dataset`), cut to test-max-examples if set."""
+    test = _source(data_key(cfg), num_partitions).test()
+    limit = cfg["test-max-examples"]
+    if 0 < limit < len(test):
+        rng = np.random.default_rng(cfg["seed"])
+        test = test.select(np.sort(rng.choice(len(test), limit, replace=False)))
+    return test
 
 
 @functools.lru_cache(maxsize=2)
 def _test(key: tuple) -> tuple[torch.Tensor, torch.Tensor]:
     cfg = dict(zip(DATA_KEYS, key))
-    _, test = _train_test(cfg["dataset"], cfg["test-fraction"], cfg["seed"])
-    return to_tensors(test, SPECS[cfg["dataset"]])
+    return to_tensors(load_test_split(cfg), SPECS[cfg["dataset"]], ready=True)
 
 
 def load_test_data(cfg: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
-    """The server's held-out test set as tensors (cached per process)."""
+    """The server's held-out test set as normalized tensors (cached per process)."""
     return _test(data_key(cfg))

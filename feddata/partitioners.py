@@ -6,13 +6,21 @@
 * `dirichlet-balanced` (FedACG/FedAGM, after FedDyn's split): every client gets the same number
   of examples and its own class prior ~ Dir(dirichlet-alpha); examples are drawn by that prior from
   the classes that still have examples left.
+* `natural` (LEAF): every client holds the examples of one natural id (FEMNIST writer, Shakespeare
+  speaking role, CelebA celebrity) through flwr-datasets' NaturalIdPartitioner; with fewer clients
+  than ids, a seeded random sample of the ids is used (LEAF's user sampling), the rest is unused.
+* `shards` (McMahan et al.'s pathological split): flwr-datasets' ShardPartitioner; the examples
+  sorted by label are cut into equal shards and every client gets shards-per-client of them.
 """
 
 from __future__ import annotations
 
 import numpy as np
 from datasets import Dataset
-from flwr_datasets.partitioner import DirichletPartitioner, IidPartitioner, Partitioner
+from flwr_datasets.partitioner import (
+    DirichletPartitioner, IidPartitioner, NaturalIdPartitioner, Partitioner, ShardPartitioner,
+)
+
 
 
 class BalancedDirichletPartitioner(Partitioner):
@@ -64,9 +72,57 @@ class BalancedDirichletPartitioner(Partitioner):
         return [np.asarray(ix, dtype=np.int64) for ix in out]
 
 
+class NaturalIdSamplePartitioner(Partitioner):
+    """One natural id per partition (flwr-datasets' NaturalIdPartitioner, ids in sorted order).
+
+    With more ids than partitions, `num_partitions` ids are drawn at random with `seed` and only
+    their examples are partitioned; with fewer ids than partitions it raises a clear error.
+    """
+
+    def __init__(self, num_partitions: int, partition_by: str, seed: int = 42):
+        super().__init__()
+        self._num_partitions = num_partitions
+        self._partition_by = partition_by
+        self._seed = seed
+        self._inner: NaturalIdPartitioner | None = None
+        self.num_ids: int | None = None  # distinct ids in the whole split (for the summary)
+
+    @property
+    def num_partitions(self) -> int:
+        return self._num_partitions
+
+    def _prepare(self) -> NaturalIdPartitioner:
+        ids = np.asarray(self.dataset[self._partition_by])
+        unique, inverse = np.unique(ids, return_inverse=True)
+        self.num_ids = len(unique)
+        if len(unique) < self._num_partitions:
+            raise ValueError(
+                f"the natural split has one client per '{self._partition_by}' value, and the "
+                f"dataset has only {len(unique)} of them for {self._num_partitions} clients: use "
+                f"at most {len(unique)} clients (num-supernodes) or another partitioner."
+            )
+        inner = NaturalIdPartitioner(partition_by=self._partition_by)
+        if len(unique) == self._num_partitions:
+            inner.dataset = self.dataset
+        else:
+            rng = np.random.default_rng(self._seed)
+            chosen = np.zeros(len(unique), dtype=bool)
+            chosen[rng.choice(len(unique), self._num_partitions, replace=False)] = True
+            inner.dataset = self.dataset.select(np.flatnonzero(chosen[inverse]))
+        return inner
+
+    def load_partition(self, partition_id: int) -> Dataset:
+        if not 0 <= partition_id < self._num_partitions:
+            raise ValueError(f"partition_id {partition_id} not in [0, {self._num_partitions})")
+        if self._inner is None:
+            self._inner = self._prepare()
+        return self._inner.load_partition(partition_id)
+
+
 def build_partitioner(
     name: str, num_partitions: int, label: str, *, dirichlet_alpha: float, lda_alpha: float,
-    lda_min_size: int, seed: int,
+    lda_min_size: int, seed: int, lda_self_balancing: bool = False,
+    natural_id: str | None = None, shards_per_client: int = 2,
 ) -> Partitioner:
     if name == "iid":
         return IidPartitioner(num_partitions)
@@ -75,6 +131,14 @@ def build_partitioner(
     if name == "lda":
         return DirichletPartitioner(
             num_partitions, label, lda_alpha, min_partition_size=lda_min_size,
-            self_balancing=False, shuffle=True, seed=seed,
+            self_balancing=lda_self_balancing, shuffle=True, seed=seed,
         )
+    if name == "natural":
+        if natural_id is None:
+            raise ValueError("the natural split needs a dataset with a natural client id "
+                             "(femnist: writer_id, shakespeare: character_id, celeba: celeb_id)")
+        return NaturalIdSamplePartitioner(num_partitions, natural_id, seed=seed)
+    if name == "shards":
+        return ShardPartitioner(num_partitions, label, num_shards_per_partition=shards_per_client,
+                                shuffle=True, seed=seed)
     raise ValueError(f"unknown partitioner '{name}'")

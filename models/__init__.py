@@ -6,11 +6,13 @@ import torch
 from torch import nn
 
 from .cnn import CNN
+from .leaf import CelebaCNN, CharLSTM, FemnistCNN
 from .mlp import MLP
 from .resnet import ResNet18GN
 from .vgg import VGG11
 
-MODELS = ("mlp", "cnn", "resnet18", "vgg11")
+MODELS = ("mlp", "cnn", "resnet18", "vgg11", "femnist-cnn", "celeba-cnn", "char-lstm")
+IMAGE_MODELS = MODELS[:-1]  # char-lstm takes character indices
 
 
 def build_model(
@@ -30,7 +32,14 @@ def build_model(
         return ResNet18GN(in_shape, num_classes, gn_groups)
     if name == "vgg11":
         return VGG11(in_shape, num_classes)
+    if name == "femnist-cnn":
+        return FemnistCNN(in_shape, num_classes)
+    if name == "celeba-cnn":
+        return CelebaCNN(in_shape, num_classes, gn_groups)
+    if name == "char-lstm":
+        return CharLSTM(in_shape, num_classes)
     raise ValueError(f"unknown model '{name}'; choose one of {', '.join(MODELS)}")
 
 
-__all__ = ["CNN", "MLP", "MODELS", "ResNet18GN", "VGG11", "build_model"]
+__all__ = ["CNN", "CelebaCNN", "CharLSTM", "FemnistCNN", "IMAGE_MODELS", "MLP", "MODELS",
+           "ResNet18GN", "VGG11", "build_model"]

@@ -1,10 +1,14 @@
-"""The run configuration: one definition of every key (`schema`), method presets, validation."""
+"""The run configuration: one definition of every key (`schema`), method presets, paper set-ups
+(`setups`, YAML files in `setups/`), validation."""
 
+from .errors import ConfigError
 from .presets import FLOWER_BASELINES, PRESETS
-from .resolve import ConfigError, acc_at_rounds, coerce, resolve, target_accs
+from .resolve import acc_at_rounds, coerce, resolve, target_accs
 from .schema import KEYS, KEYS_BY_NAME, METHODS, PRESET, Key
+from .setups import SetupError, load_setup, setup_command, setup_names
 
 __all__ = [
     "ConfigError", "FLOWER_BASELINES", "KEYS", "KEYS_BY_NAME", "Key", "METHODS", "PRESET",
-    "PRESETS", "acc_at_rounds", "coerce", "resolve", "target_accs",
+    "PRESETS", "SetupError", "acc_at_rounds", "coerce", "load_setup", "resolve", "setup_command",
+    "setup_names", "target_accs",
 ]

@@ -1,10 +1,12 @@
-"""Print the README's key table (`--markdown`), its method table (`--methods`) or the pyproject
-section (`--toml`), all from the one definition in `schema.py` and `presets.py`."""
+"""Print the README's key table (`--markdown`), its method table (`--methods`), its paper set-up
+table (`--setups`) or the pyproject section (`--toml`), all from the one definition in
+`schema.py`, `presets.py` and `setups/*.yaml`; `--command NAME` prints the command of a set-up."""
 
 import argparse
 
 from .presets import FLOWER_BASELINES, PRESETS
-from .schema import KEYS
+from .schema import KEYS, KEYS_BY_NAME
+from .setups import load_setup, setup_command, setup_names
 
 
 def markdown() -> str:
@@ -24,6 +26,24 @@ def methods() -> str:
         cells = [str(v).lower() if isinstance(v, bool) else str(v) for v in preset.values()]
         server = "Flower's own" if name in FLOWER_BASELINES else "LookaheadFedAvg"
         rows.append(f"| `{name}` | " + " | ".join(cells) + f" | {server} |")
+    return "\n".join(rows)
+
+
+def setups() -> str:
+    rows = ["| set-up | paper | dataset | model | split | clients (per round) | rounds | command |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for name in setup_names():
+        s = load_setup(name)
+        rc = s["run-config"]
+        split = rc.get("partitioner", "dirichlet-balanced")
+        alpha = {"dirichlet-balanced": "dirichlet-alpha", "lda": "lda-alpha"}.get(split)
+        split += f" {rc.get(alpha, KEYS_BY_NAME[alpha].default)}" if alpha else ""
+        frac = rc.get("fraction-train", KEYS_BY_NAME["fraction-train"].default)
+        per_round = max(int(s["num-supernodes"] * frac + 1e-9), rc.get("min-train-nodes", 2))
+        rows.append(
+            f"| `{name}` | {s['paper']} | {rc.get('dataset', 'digits')} | {rc.get('model', 'cnn')} "
+            f"| {split} | {s['num-supernodes']} ({per_round}) | {rc.get('num-server-rounds', 30)} "
+            f"| `{setup_command(name)}` |")
     return "\n".join(rows)
 
 
@@ -49,5 +69,11 @@ if __name__ == "__main__":
     parser.add_argument("--markdown", action="store_true")
     parser.add_argument("--methods", action="store_true")
     parser.add_argument("--toml", action="store_true")
+    parser.add_argument("--setups", action="store_true")
+    parser.add_argument("--command", metavar="SETUP", help="print the command that runs SETUP")
     args = parser.parse_args()
-    print(toml() if args.toml else methods() if args.methods else markdown())
+    if args.command:
+        print(setup_command(args.command))
+    else:
+        print(toml() if args.toml else methods() if args.methods else setups() if args.setups
+              else markdown())

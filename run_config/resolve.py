@@ -7,12 +7,10 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from .errors import ConfigError
 from .presets import FLOWER_BASELINES, PRESETS
 from .schema import KEYS, KEYS_BY_NAME, PRESET, Key
-
-
-class ConfigError(ValueError):
-    """A run-config value is unknown, of the wrong type or out of range."""
+from .setups import apply_setup
 
 
 def _fail(key: Key, value: Any, why: str = "") -> ConfigError:
@@ -57,7 +55,8 @@ def coerce(key: Key, value: Any) -> Any:
 
 
 def resolve(run_config: Mapping[str, Any]) -> dict[str, Any]:
-    """Return the full, typed config: defaults < run_config; 'preset' values taken from `method`."""
+    """Return the full, typed config: defaults < paper set-up < run_config; 'preset' values
+    taken from `method` (README: Paper set-ups)."""
     unknown = sorted(set(run_config) - set(KEYS_BY_NAME))
     if unknown:
         hints = []
@@ -68,7 +67,10 @@ def resolve(run_config: Mapping[str, Any]) -> dict[str, Any]:
             f"unknown run-config key(s): {', '.join(hints)}. The keys are listed in the README "
             "and in [tool.flwr.app.config] of pyproject.toml."
         )
+    run_config = apply_setup(run_config)  # a paper set-up fills the keys still at their default
     cfg = {k.name: coerce(k, run_config.get(k.name, k.default)) for k in KEYS}
+    if cfg["method"] == "auto":
+        cfg["method"] = "fedacg"
     preset = PRESETS[cfg["method"]]
     explicit = {name for name in preset if cfg[name] != PRESET}
     for name, value in preset.items():

@@ -56,12 +56,23 @@ METHODS = (
     "fedadam", "fedyogi", "fedadagrad",
 )
 
+# Choices of the data and model keys; tests keep them equal to feddata.SPECS, feddata.PARTITIONERS,
+# feddata.AUGMENTATIONS and models.MODELS (written out here so this module needs no torch).
+DATASETS = ("digits", "cifar10", "cifar100", "tiny-imagenet", "emnist", "femnist", "celeba",
+            "shakespeare")
+PARTITIONERS = ("iid", "dirichlet-balanced", "lda", "natural", "shards")
+AUGMENTATIONS = ("auto", "none", "crop-flip")
+MODELS = ("mlp", "cnn", "resnet18", "vgg11", "femnist-cnn", "celeba-cnn", "char-lstm")
+
 _P = (PRESET,)
 
 KEYS: tuple[Key, ...] = (
     # --- method and server update (SPEC 1.1, 1.5) ---
-    Key("method", str, "fedacg", "Named method (SPEC 1.5); sets every key whose value is 'preset'.",
-        "server", choices=METHODS),
+    Key("setup", str, "", "A paper set-up (run_config/setups/<name>.yaml, or a path to such a "
+        "file): its method and values replace every key still at its default; '' = none.",
+        "server"),
+    Key("method", str, "auto", "Named method (SPEC 1.5); sets every key whose value is 'preset'. "
+        "'auto' = the set-up's method, else fedacg.", "server", choices=("auto",) + METHODS),
     Key("lookahead", bool, PRESET, "Broadcast phi = theta + lam*m instead of theta (FedACG/FedAGM).",
         "server", choices=_P),
     Key("lam", float, PRESET, "Server momentum / look-ahead coefficient lambda.",
@@ -132,22 +143,38 @@ KEYS: tuple[Key, ...] = (
         "round(factor * num-partitions) partitions, of which the clients hold num-partitions at a "
         "time (FedACG: 500 for 250 clients).", "federation", low=1.0),
     # --- data ---
-    Key("dataset", str, "digits", "Dataset: scikit-learn's bundled 8x8 digits (offline).",
-        "data", choices=("digits",)),
+    Key("dataset", str, "digits", "Dataset (README: Datasets): scikit-learn's bundled 8x8 "
+        "digits (offline), or a hub dataset / its local copy.", "data", choices=DATASETS),
+    Key("dataset-path", str, "", "Local copy of the dataset (a save_to_disk folder, or a folder "
+        "of parquet/csv files in the hub's format); '' = the Hugging Face hub.", "data"),
     Key("partitioner", str, "dirichlet-balanced", "Client split: iid, FedACG's balanced Dirichlet "
-        "(equal sizes, label prior ~ Dir(dirichlet-alpha)) or GC-Fed's unbalanced LDA (each class "
-        "spread ~ Dir(lda-alpha)).", "data", choices=("iid", "dirichlet-balanced", "lda")),
+        "(equal sizes, label prior ~ Dir(dirichlet-alpha)), GC-Fed's unbalanced LDA (each class "
+        "spread ~ Dir(lda-alpha)), natural (one writer/speaker/celebrity per client) or shards "
+        "(label-sorted shards, McMahan).", "data", choices=PARTITIONERS),
     Key("dirichlet-alpha", float, 0.3, "Concentration of the balanced Dirichlet split.",
         "data", low=0.0, low_open=True),
     Key("lda-alpha", float, 0.1, "Concentration of the LDA split.", "data", low=0.0, low_open=True),
     Key("lda-min-size", int, 10, "Least examples per client in the LDA split.", "data", low=0),
-    Key("test-fraction", float, 0.2, "Share of the dataset held out as the server's test set "
-        "(datasets without a test split).", "data", low=0.0, high=1.0, low_open=True, high_open=True),
+    Key("lda-self-balancing", bool, False, "LDA split: stop giving a class's examples to clients "
+        "already above the average size (FedLab's split, used by GC-Fed's code).", "data"),
+    Key("shards-per-client", int, 2, "Shards per client in the shards split.", "data", low=1),
+    Key("test-fraction", float, 0.2, "Share held out as the server's test set where the dataset "
+        "has no test split (digits; FEMNIST and Shakespeare: per writer/speaker).",
+        "data", low=0.0, high=1.0, low_open=True, high_open=True),
+    Key("test-max-examples", int, 0, "Evaluate on a fixed random subset of at most this many test "
+        "examples; 0 = the whole test set.", "data", low=0),
     Key("client-val-fraction", float, 0.1, "Share of each partition held out for federated evaluation.",
         "data", low=0.0, high=1.0, high_open=True),
+    Key("augment", str, "auto", "Training augmentation on the training device: random crop with "
+        "padding + horizontal flip, or none; 'auto' = crop-flip for CIFAR and Tiny-ImageNet, none "
+        "for the others. Never at test time.", "data", choices=AUGMENTATIONS),
+    Key("augment-padding", int, 4, "Zero padding of the random crop, in pixels.", "data", low=0),
+    Key("augment-rotation", float, 0.0, "Also rotate training images by up to this many degrees "
+        "(FedACG's code: 10) when augmenting; 0 = no rotation.", "data", low=0.0, high=180.0),
     # --- model ---
-    Key("model", str, "cnn", "Model: MLP (3 fc), GC-Fed/McMahan CNN, ResNet-18-GN, VGG-11 (no BN).",
-        "model", choices=("mlp", "cnn", "resnet18", "vgg11")),
+    Key("model", str, "cnn", "Model: MLP (3 fc), GC-Fed/McMahan CNN, ResNet-18-GN, VGG-11 (no BN), "
+        "LEAF's FEMNIST CNN (2 conv), CelebA CNN (4 conv, GroupNorm), Shakespeare char LSTM.",
+        "model", choices=MODELS),
     Key("gn-groups", int, 2, "GroupNorm groups of ResNet-18 (2 in FedACG, 32 in GC-Fed).",
         "model", low=1),
     # --- output ---

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import random
 import time
-from logging import INFO
+from logging import INFO, WARNING
 from pathlib import Path
 
 import torch
@@ -17,8 +17,9 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords
 
 from feddata import load_test_data, spec_of
+from feddata.summary import format_summary, partition_summary
 from models import build_model
-from run_config import resolve
+from run_config import load_setup, resolve
 from strategies import LookaheadFedAvg, build_strategy, client_train_config
 
 from .checkpoint import (check_resumable, find_checkpoint, load_checkpoint, save_checkpoint,
@@ -40,6 +41,23 @@ def make_run_dir(cfg: dict) -> Path:
     return run_dir
 
 
+def log_data_summary(cfg: dict, grid: Grid, test_size: int) -> dict | None:
+    """Print the client split (for the nodes connected now) and check a set-up's federation size."""
+    nodes = len(list(grid.get_node_ids()))
+    if cfg["setup"]:
+        expected = load_setup(cfg["setup"])["num-supernodes"]
+        if nodes != expected:
+            log(WARNING, "Set-up '%s' is meant for %d clients, %d are connected: in simulation "
+                "pass --federation-config \"num-supernodes=%d\".", cfg["setup"], expected, nodes,
+                expected)
+    if nodes == 0:
+        log(INFO, "Partitions: no node connected yet, no summary.")
+        return None
+    summary = partition_summary(cfg, nodes)
+    log(INFO, "%s; test set %d examples.", format_summary(summary), test_size)
+    return {**summary, "test-examples": test_size}
+
+
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     cfg = resolve(context.run_config)  # raises ConfigError naming the key before anything starts
@@ -55,9 +73,12 @@ def main(grid: Grid, context: Context) -> None:
     model = build_model(cfg["model"], spec.in_shape, spec.num_classes, cfg["gn-groups"], seed=cfg["seed"])
     device = torch.device("cuda:0" if cfg["device"] != "cpu" and torch.cuda.is_available() else "cpu")
     test = load_test_data(cfg)
+    partitions = log_data_summary(cfg, grid, len(test[1]))
     if checkpoint is None:
         run_dir = make_run_dir(cfg)
     write_json_atomic(run_dir / "config.json", cfg)
+    if partitions:
+        write_json_atomic(run_dir / "partitions.json", partitions)
     log(INFO, "Run folder: %s", run_dir)
 
     grid = MeteredGrid(grid)  # counts the clients and bytes of every message sent and received

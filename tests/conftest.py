@@ -1,5 +1,8 @@
+import atexit
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -9,6 +12,11 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")  # flwr-datasets would post events
+# Local copies are converted into the datasets cache: keep the tests' conversions out of ~/.cache.
+_CACHE = tempfile.mkdtemp(prefix="hf-datasets-cache-")
+os.environ.setdefault("HF_DATASETS_CACHE", _CACHE)
+atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

@@ -78,3 +78,23 @@ def test_nothing_imports_torchvision():
     code = ("import sys; import server_app.app, client_app.app, strategies, models, feddata, "
             "run_config; assert 'torchvision' not in sys.modules, 'torchvision imported'")
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
+
+
+def test_data_and_model_choices_are_the_codes():
+    import feddata
+    import models
+    from run_config import schema
+
+    assert schema.DATASETS == tuple(feddata.SPECS) == feddata.DATASETS
+    assert schema.PARTITIONERS == feddata.PARTITIONERS
+    assert schema.AUGMENTATIONS == feddata.AUGMENTATIONS
+    assert schema.MODELS == models.MODELS
+
+
+def test_run_config_and_feddata_import_no_heavy_data_libraries():
+    import subprocess
+
+    code = ("import sys; import run_config, feddata, client_app.app; "
+            "heavy = [m for m in ('datasets', 'flwr_datasets', 'yaml') if m in sys.modules]; "
+            "assert not heavy, heavy")
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)

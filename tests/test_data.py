@@ -1,4 +1,5 @@
-"""Partitions of digits: sizes, label skew, minimum size, same seed -> same split in any process."""
+"""Partitions of digits: sizes, label skew, minimum size, shards, the printed summary, same seed ->
+same split in any process. (Hub-format datasets and the natural split: test_hub_formats.py.)"""
 
 import subprocess
 import sys
@@ -8,6 +9,7 @@ import numpy as np
 import pytest
 
 from feddata import load_client_data, load_partition, load_test_data
+from feddata.summary import format_summary, partition_summary
 from run_config import resolve
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,14 +57,50 @@ def test_iid_and_test_set_disjoint_sizes():
 
 
 def test_same_seed_same_partitions_in_two_processes():
-    code = ("from feddata import load_partition; from run_config import resolve; import hashlib;"
-            "cfg = resolve({'partitioner': '%s', 'seed': 5});"
-            "print(hashlib.sha1(str([load_partition(cfg, i, 8)['label'] for i in range(8)])"
+    code = ("from feddata import load_partition; from run_config import resolve; import hashlib\n"
+            "for name in ('dirichlet-balanced', 'lda', 'shards', 'iid'):\n"
+            "    cfg = resolve({'partitioner': name, 'seed': 5})\n"
+            "    print(hashlib.sha1(str([load_partition(cfg, i, 8)['label'] for i in range(8)])"
             ".encode()).hexdigest())")
-    for name in ("dirichlet-balanced", "lda"):
-        out = [subprocess.run([sys.executable, "-c", code % name], cwd=ROOT, capture_output=True,
-                              text=True, check=True).stdout for _ in range(2)]
-        assert out[0] == out[1] and len(out[0]) > 30
+    out = [subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, check=True).stdout.split() for _ in range(2)]
+    assert out[0] == out[1] and len(out[0]) == 4 and len(set(out[0])) == 4
     a = labels_of(resolve({"seed": 5}), 8)
     b = labels_of(resolve({"seed": 6}), 8)
     assert any(not np.array_equal(x, y) for x, y in zip(a, b))
+
+
+def test_lda_self_balancing_evens_out_sizes():
+    sizes = {}
+    for balancing in (False, True):
+        cfg = resolve({"partitioner": "lda", "lda-alpha": 0.3, "lda-min-size": 5,
+                       "lda-self-balancing": balancing})
+        sizes[balancing] = np.array([len(p) for p in labels_of(cfg, 10)])
+        assert sizes[balancing].sum() == 1437 and sizes[balancing].min() >= 5
+    assert sizes[True].std() < sizes[False].std()
+    assert sizes[True].max() <= 1437 / 10 + 144  # no client far above the average
+
+
+def test_shards_are_equal_and_pathological():
+    parts = labels_of(resolve({"partitioner": "shards", "shards-per-client": 2}), 10)
+    assert {len(p) for p in parts} == {142}  # 20 shards of floor(1437 / 20) = 71 examples
+    labels = [len(np.unique(p)) for p in parts]
+    assert max(labels) <= 4 and np.mean(labels) <= 3  # two label-sorted shards each
+    assert max_class_share(parts) > 0.45
+
+
+def test_natural_split_needs_a_natural_id():
+    with pytest.raises(ValueError, match="natural client id"):
+        load_partition(resolve({"partitioner": "natural"}), 0, 4)
+
+
+def test_partition_summary_numbers():
+    s = partition_summary(resolve({"partitioner": "dirichlet-balanced", "dirichlet-alpha": 0.1}), 10)
+    assert (s["clients"], s["size-min"], s["size-max"], s["train-examples"]) == (10, 143, 143, 1437)
+    assert 1 <= s["labels-min"] <= s["labels-median"] <= s["labels-max"] <= 10
+    assert s["labels-median"] < 8  # alpha 0.1: few labels per client
+    s = partition_summary(resolve({"partitioner": "lda", "lda-alpha": 0.5, "lda-min-size": 20}), 5)
+    assert s["size-min"] >= 20 and s["partitioned-examples"] == 1437
+    text = format_summary(s)
+    assert "LDA split of digits (1437 of 1437 training examples) over 5 clients" in text
+    assert f"min {s['size-min']} / median {s['size-median']:g} / max {s['size-max']}" in text

@@ -67,7 +67,14 @@ def superlink(tmp_path_factory):
 @pytest.mark.parametrize("method", ["fedacg", "gcfed"])
 def test_flwr_run_reaches_accuracy(superlink, method):
     env, home = superlink
-    run_config = f"method='{method}' num-server-rounds=12 out-dir='{home}/runs' run-name='{method}'"
+    if method == "fedacg":
+        run_config = f"method='{method}' num-server-rounds=12 out-dir='{home}/runs' run-name='{method}'"
+    else:  # the same run described by a paper-style set-up file: one command
+        setup = home / "small-setup.yaml"
+        setup.write_text("paper: test\nmethod: gcfed\nfederation: {num-supernodes: 10}\n"
+                         "run-config: {num-server-rounds: 12}\n"
+                         "reported: {columns: [acc], rows: {gcfed: [90.0]}}\n")
+        run_config = f"setup='{setup}' out-dir='{home}/runs' run-name='{method}'"
     t = time.monotonic()
     out = subprocess.run(
         ["flwr", "run", ".", "test", "--stream", "--federation-config", "num-supernodes=10",
@@ -77,6 +84,10 @@ def test_flwr_run_reaches_accuracy(superlink, method):
     wall = time.monotonic() - t
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "[round 12/12] test-acc" in out.stdout, out.stdout[-3000:]
+    assert "Partitions: balanced Dirichlet split of digits" in out.stdout, out.stdout[-3000:]
+    assert "over 10 clients" in out.stdout and "Set-up" not in out.stdout  # no size warning
     results = json.loads((home / "runs" / method / "results.json").read_text())
+    assert results["config"]["method"] == method and results["config"]["num-server-rounds"] == 12
+    assert json.loads((home / "runs" / method / "partitions.json").read_text())["clients"] == 10
     assert results["summary"]["final-test-acc"] > 0.5, results["summary"]
     assert wall < 180, wall

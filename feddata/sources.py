@@ -1,0 +1,120 @@
+"""Where the examples come from: the Hugging Face hub or a local copy, through flwr-datasets.
+
+`federated_dataset(...)` returns a `flwr_datasets.FederatedDataset` with exactly two splits,
+`train` (partitioned) and `test` (the server's held-out set), for
+
+* a hub dataset (`dataset-path` empty): `FederatedDataset(dataset=<hub id>, subset=...)`;
+* a local copy (`dataset-path`): the same class and the same preprocessing, loading
+  - a `save_to_disk` folder (`dataset_dict.json` + one folder of `.arrow` files per split,
+    or a single saved split) through the `arrow` builder, or
+  - any other folder the way `datasets.load_dataset(folder)` reads it: the hub's parquet layout
+    (`data/train-00000-of-00001.parquet`, `<config>/test-*.parquet`, a README with `configs`)
+    or csv files (Shakespeare's hub copy is `shakespeare.csv`).
+
+The test set is the dataset's own test split (`test`; Tiny-ImageNet: `valid`). Datasets with only a
+`train` split (FEMNIST, Shakespeare) keep `test-fraction` of every natural id's examples as the
+test set (LEAF's per-user split: random examples for FEMNIST, the last ones for Shakespeare's
+text, so test lines do not sit inside training windows); all clients train on the rest. The
+training split is then shuffled with `seed` (flwr-datasets' IidPartitioner takes contiguous
+blocks).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .specs import DatasetSpec
+
+
+class DataSourceError(ValueError):
+    """A dataset (or its local copy) cannot be loaded as configured."""
+
+
+def local_copy_kwargs(path: str) -> dict[str, Any]:
+    """`FederatedDataset` keyword arguments that load the local copy at `path`."""
+    folder = Path(path).expanduser()
+    if not folder.exists():
+        raise DataSourceError(f"dataset-path '{path}' does not exist")
+    if (folder / "dataset_dict.json").exists():  # DatasetDict.save_to_disk
+        splits = json.loads((folder / "dataset_dict.json").read_text())["splits"]
+        files = {s: sorted(glob.glob(str(folder / s / "*.arrow"))) for s in splits}
+    elif (folder / "state.json").exists():  # Dataset.save_to_disk: one split, taken as train
+        files = {"train": sorted(glob.glob(str(folder / "*.arrow")))}
+    elif folder.is_dir():
+        return {"dataset": str(folder)}
+    else:
+        raise DataSourceError(f"dataset-path '{path}' is not a folder")
+    empty = [s for s, f in files.items() if not f]
+    if empty:
+        raise DataSourceError(f"dataset-path '{path}': no .arrow files for split(s) {empty}")
+    return {"dataset": "arrow", "data_files": files}
+
+
+def _grouped_holdout(ids: np.ndarray, fraction: float, seed: int, temporal: bool) -> np.ndarray:
+    """Indices of the held-out examples: round(fraction * n) of each id's n examples (>= 1 kept)."""
+    _, inverse, counts = np.unique(ids, return_inverse=True, return_counts=True)
+    order = np.argsort(inverse, kind="stable")  # examples grouped by id, in dataset order
+    rng = np.random.default_rng(seed)
+    held, start = [], 0
+    for n in counts:
+        members = order[start:start + n]
+        start += n
+        k = min(int(round(fraction * n)), n - 1)
+        if k > 0:
+            held.append(members[n - k:] if temporal else rng.choice(members, k, replace=False))
+    return np.sort(np.concatenate(held)) if held else np.zeros(0, dtype=np.int64)
+
+
+def train_test(dd, spec: DatasetSpec, test_fraction: float, seed: int):
+    """The preprocessing step: a DatasetDict with the shuffled `train` split and the `test` split."""
+    from datasets import DatasetDict
+
+    if "train" not in dd:
+        raise DataSourceError(f"the data has no 'train' split (splits: {list(dd)})")
+    for col in (spec.image, spec.label) + ((spec.natural_id,) if spec.natural_id else ()):
+        if col not in dd["train"].column_names:
+            raise DataSourceError(
+                f"the data has no column '{col}' (columns: {dd['train'].column_names}); "
+                f"expected the hub format of this dataset"
+            )
+    train = dd["train"]
+    test_name = next((s for s in spec.test_splits if s in dd), None)
+    if test_name is not None:
+        test = dd[test_name]
+    elif spec.natural_id:
+        held = _grouped_holdout(np.asarray(train[spec.natural_id]), test_fraction, seed,
+                                spec.temporal)
+        keep = np.ones(len(train), dtype=bool)
+        keep[held] = False
+        train, test = train.select(np.flatnonzero(keep)), train.select(held)
+    elif spec.test_splits:
+        raise DataSourceError(
+            f"the data has none of the test splits {list(spec.test_splits)} (splits: {list(dd)})")
+    else:
+        split = train.train_test_split(test_size=test_fraction, seed=seed)
+        train, test = split["train"], split["test"]
+    return DatasetDict({"train": train.shuffle(seed=seed), "test": test})
+
+
+def federated_dataset(spec: DatasetSpec, dataset_path: str, partitioner, *, test_fraction: float,
+                      seed: int):
+    """A FederatedDataset over the hub copy of `spec` or the local copy at `dataset_path`."""
+    from flwr_datasets import FederatedDataset
+
+    if dataset_path:
+        source = local_copy_kwargs(dataset_path)
+    elif spec.hub:
+        source = {"dataset": spec.hub, "subset": spec.subset}
+    else:
+        raise DataSourceError(
+            "this dataset has no hub copy: set dataset-path to a local copy "
+            "(see `python -m feddata.save --help`)")
+    return FederatedDataset(
+        **source, partitioners={"train": partitioner}, shuffle=False,
+        preprocessor=lambda dd: train_test(dd, spec, test_fraction, seed),
+    )

@@ -1,0 +1,49 @@
+"""The partition summary printed at the start of a run: clients, sizes, labels per client."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .loading import _source, data_key, load_partition, spec_of
+
+
+def partition_summary(cfg: dict[str, Any], num_partitions: int) -> dict[str, Any]:
+    """Sizes and label counts of every client's partition for `num_partitions` clients."""
+    spec = spec_of(cfg)
+    sizes, labels_per_client = [], []
+    seen: set = set()
+    for pid in range(num_partitions):
+        labels = np.asarray(load_partition(cfg, pid, num_partitions)[spec.label])
+        sizes.append(len(labels))
+        uniq = np.unique(labels)
+        labels_per_client.append(len(uniq))
+        seen.update(uniq.tolist())
+    source = _source(data_key(cfg), num_partitions)
+    part = source.partitioner
+    out = {
+        "dataset": cfg["dataset"], "partitioner": cfg["partitioner"], "clients": num_partitions,
+        "train-examples": len(source.train_split()), "partitioned-examples": int(sum(sizes)),
+        "size-min": int(min(sizes)), "size-median": float(np.median(sizes)),
+        "size-max": int(max(sizes)), "labels-min": int(min(labels_per_client)),
+        "labels-median": float(np.median(labels_per_client)),
+        "labels-max": int(max(labels_per_client)), "labels-seen": len(seen),
+        "num-classes": spec.num_classes,
+    }
+    if getattr(part, "num_ids", None) is not None:
+        out["natural-ids"] = part.num_ids
+    return out
+
+
+def format_summary(s: dict[str, Any]) -> str:
+    what = {"dirichlet-balanced": "balanced Dirichlet", "lda": "LDA", "iid": "iid",
+            "natural": "natural", "shards": "shards"}[s["partitioner"]]
+    text = (f"Partitions: {what} split of {s['dataset']} ({s['partitioned-examples']} of "
+            f"{s['train-examples']} training examples) over {s['clients']} clients")
+    if "natural-ids" in s:
+        text += f" ({s['natural-ids']} natural ids)"
+    return text + (
+        f"; examples per client min {s['size-min']} / median {s['size-median']:g} / max "
+        f"{s['size-max']}; labels per client min {s['labels-min']} / median "
+        f"{s['labels-median']:g} / max {s['labels-max']} (of {s['num-classes']})")

@@ -1,0 +1,140 @@
+"""Paper set-ups: one YAML file per experiment of the papers, with the numbers they reported.
+
+A set-up file (`run_config/setups/<name>.yaml`, shipped inside the FAB) holds
+
+```yaml
+paper: FedACG (CVPR 2024), Table 1(a), CIFAR-10     # where the set-up and the numbers are from
+description: 100 clients, 5% per round, ...          # one line for people
+method: fedacg                                       # the paper's own method
+federation: {num-supernodes: 100}                    # simulated clients (flwr --federation-config)
+run-config: {dataset: cifar10, model: resnet18, ...} # run-config keys, checked like --run-config
+notes: [...]                                         # where the set-up had to be inferred
+reported:                                            # the paper's numbers, one row per method
+  metric: ...
+  columns: [acc-500, acc-1000, rounds-81, rounds-85]
+  rows: {fedavg: [74.36, 82.53, 840, 1000+], ...}
+```
+
+`run-config` may not set `setup`, `method` or the keys a method sets (`lookahead`, `lam`, ...),
+so every method can run on every set-up. Row names are our method names where we have the method
+(`fedavg`, `fedacg`, `gcfed`, ...), the paper's names otherwise (`feddyn`, `moon`, ...).
+
+With `setup = "<name>"` in the run config, the set-up's method and values replace every key that
+still holds its schema default (the ServerApp cannot tell a default from a value given on the
+command line, so giving a key its default value keeps the set-up's value). `method` is `auto` by
+default: the set-up's method.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError
+from .schema import KEYS_BY_NAME, METHODS, PRESET
+
+SETUP_DIR = Path(__file__).resolve().parent / "setups"
+_FIELDS = {"paper", "description", "method", "federation", "run-config", "notes", "reported"}
+_REQUIRED = ("paper", "method", "federation", "run-config", "reported")
+
+
+class SetupError(ConfigError):
+    """A set-up file is missing, malformed or sets a key it may not set."""
+
+
+def setup_names() -> list[str]:
+    return sorted(p.stem for p in SETUP_DIR.glob("*.yaml"))
+
+
+def setup_file(name: str) -> Path:
+    """The file of set-up `name`: a shipped set-up's name, or a path to a YAML file."""
+    shipped = SETUP_DIR / f"{name}.yaml"
+    if shipped.exists():
+        return shipped
+    path = Path(name).expanduser()
+    if path.suffix in (".yaml", ".yml") and path.exists():
+        return path
+    import difflib
+
+    close = difflib.get_close_matches(name, setup_names(), n=1)
+    raise SetupError(
+        f"run config 'setup' = '{name}': no such set-up"
+        + (f" (did you mean '{close[0]}'?)" if close else "")
+        + f"; the shipped set-ups are listed by `python -m run_config --setups` "
+        f"({len(setup_names())} in {SETUP_DIR}), or give a path to a .yaml file."
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def load_setup(name: str) -> dict[str, Any]:
+    """The validated set-up `name` (values typed by the run-config schema)."""
+    import yaml
+
+    from .resolve import coerce
+
+    path = setup_file(name)
+    where = f"set-up {path.name}"
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise SetupError(f"{where}: not valid YAML ({err})") from None
+    if not isinstance(data, dict):
+        raise SetupError(f"{where}: expected a mapping with {', '.join(_REQUIRED)}")
+    missing = [f for f in _REQUIRED if f not in data]
+    unknown = sorted(set(data) - _FIELDS)
+    if missing or unknown:
+        raise SetupError(f"{where}: missing {missing}, unknown {unknown}; fields: {sorted(_FIELDS)}")
+    if data["method"] not in METHODS:
+        raise SetupError(f"{where}: method '{data['method']}' is not one of {', '.join(METHODS)}")
+    size = (data["federation"] or {}).get("num-supernodes")
+    if not isinstance(size, int) or isinstance(size, bool) or size < 1 or len(data["federation"]) != 1:
+        raise SetupError(f"{where}: federation must be {{num-supernodes: <int >= 1>}}")
+    run_config = {}
+    for key_name, value in (data["run-config"] or {}).items():
+        key = KEYS_BY_NAME.get(key_name)
+        if key is None:
+            raise SetupError(f"{where}: unknown run-config key '{key_name}'")
+        if key_name in ("setup", "method") or PRESET in key.choices:
+            raise SetupError(f"{where}: run-config may not set '{key_name}' (the method sets it; "
+                             "a set-up must work for every method)")
+        try:
+            run_config[key_name] = coerce(key, value)
+        except ConfigError as err:
+            raise SetupError(f"{where}: {err}") from None
+    reported = data["reported"]
+    columns = reported.get("columns") if isinstance(reported, dict) else None
+    rows = reported.get("rows") if isinstance(reported, dict) else None
+    if not isinstance(columns, list) or not isinstance(rows, dict) or \
+            any(not isinstance(r, list) or len(r) != len(columns) for r in rows.values()):
+        raise SetupError(f"{where}: reported needs columns (a list) and rows (method: a list of "
+                         "one value per column)")
+    return {**data, "name": path.stem, "run-config": run_config,
+            "num-supernodes": size}
+
+
+def apply_setup(run_config: dict[str, Any]) -> dict[str, Any]:
+    """`run_config` with the set-up's method and values where it still holds the defaults."""
+    from .resolve import coerce
+
+    name = coerce(KEYS_BY_NAME["setup"], run_config.get("setup", ""))
+    if not name:
+        return dict(run_config)
+    setup = load_setup(name)
+    merged = dict(run_config)
+    for key_name, value in setup["run-config"].items():
+        key = KEYS_BY_NAME[key_name]
+        if coerce(key, run_config.get(key_name, key.default)) == key.default:
+            merged[key_name] = value
+    if run_config.get("method", "auto") == "auto":
+        merged["method"] = setup["method"]
+    return merged
+
+
+def setup_command(name: str, **run_config) -> str:
+    """The one command that runs set-up `name` as a local simulation."""
+    setup = load_setup(name)
+    extra = "".join(f" {k}={v!r}" if isinstance(v, str) else f" {k}={v}"
+                    for k, v in run_config.items())
+    return (f"flwr run . --stream --run-config \"setup='{name}'{extra}\" "
+            f"--federation-config \"num-supernodes={setup['num-supernodes']}\"")

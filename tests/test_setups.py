@@ -1,0 +1,126 @@
+"""Paper set-ups: every shipped YAML passes the run-config schema, fills the defaults, ships in the
+FAB, and a set-up runs with the real apps."""
+
+import io
+import json
+import zipfile
+from pathlib import Path
+
+import pytest
+from flwr.app import Context, RecordDict
+
+import server_app.app as server
+from fakegrid import FakeGrid, client_app_handler
+from run_config import (
+    ConfigError, SetupError, load_setup, resolve, setup_command, setup_names,
+)
+from run_config.__main__ import setups as setups_table
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_shipped_setup_is_valid_and_carries_the_papers_numbers():
+    names = setup_names()
+    assert len(names) == 50
+    for prefix, count in (("fedacg-", 13), ("fedagm-", 12), ("gcfed-t5-", 9), ("gcfed-t6-", 16)):
+        assert sum(n.startswith(prefix) for n in names) == count, prefix
+    for name in names:
+        s = load_setup(name)
+        cfg = resolve({"setup": name})
+        assert cfg["method"] == s["method"] and cfg["setup"] == name
+        for key, value in s["run-config"].items():
+            assert cfg[key] == value, (name, key)
+        rows = s["reported"]["rows"]
+        assert s["method"] in rows, name  # the paper's own method has a row
+        assert all(len(r) == len(s["reported"]["columns"]) for r in rows.values())
+        assert s["num-supernodes"] * cfg["fraction-train"] >= cfg["min-train-nodes"] - 1e-9
+
+
+def test_setup_values_are_the_papers():
+    t1a = resolve({"setup": "fedacg-t1a-cifar10"})
+    assert (t1a["model"], t1a["partitioner"], t1a["dirichlet-alpha"], t1a["lr"], t1a["weight-decay"],
+            t1a["grad-clip"], t1a["batch-size"], t1a["local-epochs"], t1a["num-server-rounds"],
+            t1a["fraction-train"], t1a["local-momentum"]) == \
+        ("resnet18", "dirichlet-balanced", 0.3, 0.1, 1e-3, 10.0, 50, 5, 1000, 0.05, 0.0)
+    assert load_setup("fedacg-t1a-cifar10")["reported"]["rows"]["fedacg"] == [85.13, 89.10, 319, 450]
+    t1b = resolve({"setup": "fedacg-t1b-cifar10"})
+    assert (t1b["batch-size"], t1b["fraction-train"], load_setup("fedacg-t1b-cifar10")["num-supernodes"]) \
+        == (10, 0.02, 500)
+    gc = resolve({"setup": "gcfed-t5-cifar10-5of100-lda0.05"})
+    assert (gc["partitioner"], gc["lda-alpha"], gc["lr"], gc["local-momentum"], gc["weight-decay"],
+            gc["model"], gc["method"], gc["aggregation"]) == \
+        ("lda", 0.05, 0.01, 0.9, 1e-5, "cnn", "gcfed", "uniform")
+    assert load_setup("gcfed-t5-cifar10-5of100-lda0.05")["reported"]["rows"]["gcfed"] == [66.47, 2.49]
+    vgg = load_setup("gcfed-t6-vgg11-tiny-imagenet-5of1000-lda0.05")["reported"]["rows"]
+    assert vgg["scaffold"] == [None, None] and vgg["gcfed"] == [29.54, 0.07]
+    agm = load_setup("fedagm-t7-cifar10-iid-1pct")
+    assert agm["run-config"]["partitioner"] == "iid" and agm["reported"]["rows"]["fedagm"] == \
+        [81.05, 87.01, 536, 892]
+
+
+def test_run_config_values_win_over_the_setup_except_defaults():
+    cfg = resolve({"setup": "gcfed-t5-cifar10-5of100-lda0.05", "method": "fedacg", "lr": 0.02,
+                   "num-server-rounds": 30})
+    assert cfg["method"] == "fedacg" and cfg["lam"] == 0.85 and cfg["lookahead"] is True
+    assert cfg["lr"] == 0.02 and cfg["local-momentum"] == 0.9  # given value / set-up value
+    assert cfg["num-server-rounds"] == 800  # 30 is the default: the set-up's value stays
+    assert resolve({})["method"] == "fedacg"  # method 'auto' without a set-up
+
+
+def test_setup_from_a_path_and_clear_errors(tmp_path):
+    good = tmp_path / "mine.yaml"
+    good.write_text("paper: mine\nmethod: fedavg\nfederation: {num-supernodes: 6}\n"
+                    "run-config: {lr: 0.03, partitioner: iid}\n"
+                    "reported: {columns: [acc], rows: {fedavg: [50.0]}}\n")
+    assert resolve({"setup": str(good)})["lr"] == 0.03
+    for body, words in [
+        ("paper: x\nmethod: fedavg\nfederation: {num-supernodes: 2}\nrun-config: {lrr: 1}\n"
+         "reported: {columns: [a], rows: {}}\n", ["unknown run-config key 'lrr'"]),
+        ("paper: x\nmethod: fedavg\nfederation: {num-supernodes: 2}\nrun-config: {lam: 0.5}\n"
+         "reported: {columns: [a], rows: {}}\n", ["may not set 'lam'"]),
+        ("paper: x\nmethod: fedavg\nfederation: {num-supernodes: 2}\nrun-config: {lr: -1}\n"
+         "reported: {columns: [a], rows: {}}\n", ["'lr'", "out of range"]),
+        ("paper: x\nmethod: fedx\nfederation: {num-supernodes: 2}\nrun-config: {}\n"
+         "reported: {columns: [a], rows: {}}\n", ["method 'fedx'"]),
+        ("paper: x\nmethod: fedavg\nfederation: {num-supernodes: 2}\nrun-config: {}\n"
+         "reported: {columns: [a, b], rows: {fedavg: [1]}}\n", ["one value per column"]),
+    ]:
+        bad = tmp_path / "bad.yaml"
+        bad.write_text(body)
+        load_setup.cache_clear()
+        with pytest.raises(ConfigError) as err:
+            resolve({"setup": str(bad)})
+        assert all(w in str(err.value) for w in words + ["bad.yaml"]), str(err.value)
+    with pytest.raises(SetupError, match="did you mean 'fedacg-t1a-cifar10'"):
+        resolve({"setup": "fedacg-t1a-cifar1"})
+
+
+def test_readme_lists_every_setup_with_its_command():
+    readme = (ROOT / "README.md").read_text()
+    assert setups_table() in readme
+    assert setup_command("fedacg-t1b-cifar100") == (
+        "flwr run . --stream --run-config \"setup='fedacg-t1b-cifar100'\" "
+        "--federation-config \"num-supernodes=500\"")
+
+
+def test_setups_ship_inside_the_fab():
+    from flwr.cli.build import build_fab_from_disk
+
+    names = zipfile.ZipFile(io.BytesIO(build_fab_from_disk(ROOT))).namelist()
+    shipped = {n for n in names if n.startswith("run_config/setups/")}
+    assert shipped == {f"run_config/setups/{s}.yaml" for s in setup_names()}
+
+
+def test_a_setup_runs_with_the_real_apps(tmp_path):
+    mine = tmp_path / "digits-setup.yaml"
+    mine.write_text("paper: a small set-up\nmethod: gcfed\nfederation: {num-supernodes: 6}\n"
+                    "run-config: {num-server-rounds: 2, partitioner: lda, lda-alpha: 0.5,"
+                    " local-momentum: 0.5, fraction-train: 0.5}\n"
+                    "reported: {columns: [acc], rows: {gcfed: [90.0]}}\n")
+    rc = {"setup": str(mine), "out-dir": str(tmp_path), "run-name": "run", "local-iterations": 3}
+    grid = FakeGrid(6, client_app_handler(rc, 6))
+    server.main(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=rc))
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert (config["method"], config["partitioner"], config["local-momentum"],
+            config["num-server-rounds"]) == ("gcfed", "lda", 0.5, 2)
+    assert [len(s) for s in grid.sent if s] == [3, 3]
