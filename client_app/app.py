@@ -14,6 +14,7 @@ from flwr.clientapp import ClientApp
 from feddata import TrainTransform, load_client_data, spec_of
 from models import build_model
 from models.evaluation import evaluate as evaluate_model
+from models.wire import state_view
 from run_config import resolve
 
 from .local_update import LocalConfig, local_update
@@ -58,7 +59,7 @@ def setup(msg: Message, context: Context):
     spec = spec_of(cfg)
     device = pick_device(cfg["device"])
     model = _model(cfg["model"], spec.in_shape, spec.num_classes, cfg["gn-groups"], str(device))
-    state = msg.content["arrays"].to_torch_state_dict()
+    state = state_view(msg.content["arrays"])  # views of the message bytes: copied once, below
     model.load_state_dict(state, strict=True)
     return cfg, pid, data, model, device
 

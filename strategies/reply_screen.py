@@ -18,6 +18,8 @@ import torch
 from flwr.app import Message, RecordDict
 from flwr.common import log
 
+from models.wire import state_view
+
 State = dict[str, torch.Tensor]
 
 # Why a reply was dropped; each one is counted as `dropped-<reason>` in the round's metrics.
@@ -39,12 +41,22 @@ class BadUpdate(ValueError):
 
 
 def update_norm(model: State, phi: State) -> float:
-    """||model - phi|| over every float tensor of phi, in float64."""
-    total = 0.0
-    for k, p in phi.items():
-        if p.is_floating_point():
-            total += float(torch.sum((model[k].double() - p.double()) ** 2))
-    return math.sqrt(total)
+    """||model - phi|| over every float tensor of phi (fused per-tensor norms)."""
+    keys = [k for k, p in phi.items() if p.is_floating_point()]
+    diffs = torch._foreach_sub([model[k] for k in keys], [phi[k] for k in keys])
+    return float(torch.linalg.vector_norm(torch.stack(torch._foreach_norm(diffs)).double()))
+
+
+def check_finite(model: State, keys: Sequence[str]) -> None:
+    """BadUpdate unless every value of model[keys] is finite (one fused norm pass, no bool masks)."""
+    norms = torch.stack(torch._foreach_norm([model[k] for k in keys]))
+    bad = (~torch.isfinite(norms)).nonzero()
+    if len(bad):
+        k = keys[int(bad[0])]
+        count = int((~torch.isfinite(model[k])).sum())
+        if count:
+            raise BadUpdate("non-finite", f"'{k}' has {count} NaN/Inf value(s)")
+        raise BadUpdate("norm", f"'{k}' holds values too large to aggregate (its norm overflows)")
 
 
 def check_update(content: RecordDict, phi: State, weight_key: str, max_norm: float = 0.0
@@ -58,7 +70,7 @@ def check_update(content: RecordDict, phi: State, weight_key: str, max_norm: flo
     if isinstance(n, bool) or not isinstance(n, (int, float)) or not math.isfinite(n) or n < 0:
         raise BadUpdate("malformed", f"metric '{weight_key}' = {n!r}, expected a finite number >= 0")
     try:
-        model = dict(next(iter(content.array_records.values())).to_torch_state_dict())
+        model = state_view(next(iter(content.array_records.values())))  # read-only views, no copy
     except Exception as err:  # undecodable bytes, unknown dtype, ...
         raise BadUpdate("malformed", f"arrays cannot be decoded ({type(err).__name__}: {err})") from None
     if model.keys() != phi.keys():
@@ -69,10 +81,7 @@ def check_update(content: RecordDict, phi: State, weight_key: str, max_norm: flo
             raise BadUpdate("shape", f"'{k}' has shape {tuple(model[k].shape)}, expected {tuple(ref.shape)}")
         if model[k].dtype != ref.dtype:
             raise BadUpdate("dtype", f"'{k}' has dtype {model[k].dtype}, expected {ref.dtype}")
-    for k, v in model.items():
-        if v.is_floating_point() and not torch.isfinite(v).all():
-            bad = int((~torch.isfinite(v)).sum())
-            raise BadUpdate("non-finite", f"'{k}' has {bad} NaN/Inf value(s)")
+    check_finite(model, [k for k, v in model.items() if v.is_floating_point()])
     if max_norm > 0:
         norm = update_norm(model, phi)
         if norm > max_norm:

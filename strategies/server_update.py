@@ -38,16 +38,13 @@ def client_weights(num_examples: Sequence[float], aggregation: str) -> list[floa
 
 
 def aggregate_update(phi: State, models: Sequence[State], weights: Sequence[float]) -> State:
-    """d = sum_i w_i * models_i - phi, for the float tensors of phi."""
-    d = {}
-    for k, p in phi.items():
-        if not is_float(p):
-            continue
-        acc = torch.zeros_like(p)
-        for w, model in zip(weights, models):
-            acc.add_(model[k].to(p.dtype), alpha=w)
-        d[k] = acc.sub_(p)
-    return d
+    """d = sum_i w_i * models_i - phi, for the float tensors of phi (models: same dtypes as phi)."""
+    keys = [k for k, p in phi.items() if is_float(p)]
+    acc = [torch.zeros_like(phi[k]) for k in keys]
+    for w, model in zip(weights, models):
+        torch._foreach_add_(acc, [model[k] for k in keys], alpha=w)
+    torch._foreach_sub_(acc, [phi[k] for k in keys])
+    return dict(zip(keys, acc))
 
 
 def global_gc_(d: State, names: Sequence[str], vectors: str) -> None:
@@ -58,6 +55,8 @@ def global_gc_(d: State, names: Sequence[str], vectors: str) -> None:
 
 def server_step_(theta: State, m: State, d: State, lam: float, eta: float) -> None:
     """In place: m = lam * m + eta * d; theta = theta + m."""
-    for k, dk in d.items():
-        m[k].mul_(lam).add_(dk, alpha=eta)
-        theta[k].add_(m[k])
+    keys = list(d)
+    ms = [m[k] for k in keys]
+    torch._foreach_mul_(ms, lam)
+    torch._foreach_add_(ms, [d[k] for k in keys], alpha=eta)
+    torch._foreach_add_([theta[k] for k in keys], ms)

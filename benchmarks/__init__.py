@@ -1,0 +1,1 @@
+"""Benchmarks: scripts that print tables of ratios measured in one run (not timed tests)."""
