@@ -1,6 +1,9 @@
 """ClientApp: local training (SPEC 1.2) and federated evaluation on the node's partition.
 
-Thin Flower glue: the maths is in `local_update`, data and model are cached per process.
+Thin Flower glue: the maths is in `local_update`. In deployment every message starts a fresh
+process, so the import path stays light (torch, flwr, our models; no `datasets`/scikit-learn) and
+the node's prepared partition comes from its local disk (`feddata.disk_cache`) after the first
+message; in a simulation actor, data and model are also cached in memory between calls.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import torch
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
-from feddata import load_client_data, spec_of
+from feddata.disk_cache import cache_dir, load_prepared_partition
 from models import build_model
 from models.evaluation import evaluate as evaluate_model
 from run_config import resolve
@@ -46,10 +49,9 @@ def setup(msg: Message, context: Context):
     """Resolved config, this node's data, and the model holding the broadcast weights."""
     cfg = resolve(context.run_config)
     pid, nparts = partition_of(context)
-    data = load_client_data(cfg, pid, nparts)
-    spec = spec_of(cfg)
+    data = load_prepared_partition(cfg, pid, nparts, cache_dir(context.node_config))
     device = pick_device(cfg["device"])
-    model = _model(cfg["model"], spec.in_shape, spec.num_classes, cfg["gn-groups"], str(device))
+    model = _model(cfg["model"], data.in_shape, data.num_classes, cfg["gn-groups"], str(device))
     state = msg.content["arrays"].to_torch_state_dict()
     model.load_state_dict(state, strict=True)
     return cfg, pid, data, model, device

@@ -1,12 +1,29 @@
-"""Federated data: datasets, client partitions (flwr-datasets partitioners) and tensor caches."""
+"""Federated data: datasets, client partitions (flwr-datasets partitioners) and tensor caches.
 
-from .loading import (
-    DATA_KEYS, SPECS, ClientData, DatasetSpec, load_client_data, load_partition, load_test_data,
-    spec_of,
-)
-from .partitioners import BalancedDirichletPartitioner, build_partitioner
+The names below are imported on first use (PEP 562), so that `import feddata.disk_cache` in a
+fresh ClientApp process does not pay for `datasets`, `flwr_datasets` and scikit-learn.
+"""
 
-__all__ = [
-    "BalancedDirichletPartitioner", "ClientData", "DATA_KEYS", "DatasetSpec", "SPECS",
-    "build_partitioner", "load_client_data", "load_partition", "load_test_data", "spec_of",
-]
+from importlib import import_module
+
+_EXPORTS = {
+    "DATA_KEYS": "loading", "SPECS": "loading", "ClientData": "loading", "DatasetSpec": "loading",
+    "load_client_data": "loading", "load_partition": "loading", "load_test_data": "loading",
+    "spec_of": "loading",
+    "BalancedDirichletPartitioner": "partitioners", "build_partitioner": "partitioners",
+    "PreparedPartition": "disk_cache", "load_prepared_partition": "disk_cache",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        value = getattr(import_module(f".{_EXPORTS[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'feddata' has no attribute '{name}'")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))
