@@ -1,11 +1,11 @@
-#!/usr/bin/env bash
+#!/bin/sh
 # Add a SuperLink connection for `flwr` (in $FLWR_HOME/config.toml, default ~/.flwr/config.toml).
 #
 #   deploy/add-connection.sh NAME ADDRESS CA_CERT
 #
 # e.g. deploy/add-connection.sh lab 192.168.1.10:9092 ~/fedacg-credentials/ca.crt, then
 # `flwr run . lab --stream`. ADDRESS must match a SAN of the SuperLink's certificate.
-set -euo pipefail
+set -eu
 if [ $# -ne 3 ]; then
     sed -n '2,7p' "$0" >&2
     exit 2

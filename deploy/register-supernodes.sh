@@ -1,4 +1,4 @@
-#!/usr/bin/env bash
+#!/bin/sh
 # Register SuperNode public keys with a SuperLink that runs with --enable-supernode-auth.
 #
 #   deploy/register-supernodes.sh CONNECTION KEY.pub [KEY.pub ...]
@@ -6,7 +6,7 @@
 # CONNECTION is a [superlink.<name>] entry of $FLWR_HOME/config.toml (deploy/add-connection.sh).
 # Each key is registered under its file name (supernode-0.pub -> supernode-0). A key that is
 # already registered is reported and skipped, so the script can be re-run.
-set -euo pipefail
+set -eu
 if [ $# -lt 2 ]; then
     sed -n '2,8p' "$0" >&2
     exit 2

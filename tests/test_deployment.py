@@ -116,7 +116,7 @@ def deployment(tmp_path):
 
         wait_until(healthy, 60, "the SuperLink")
         user = {**base, "FLWR_HOME": str(tmp_path / "user-home")}
-        out = run(["bash", str(DEPLOY / "add-connection.sh"), "secure", f"127.0.0.1:{port}",
+        out = run(["sh", str(DEPLOY / "add-connection.sh"), "secure", f"127.0.0.1:{port}",
                    str(creds / "ca.crt")], user)
         assert out.returncode == 0, out.stderr
         yield procs, creds, port, user
@@ -127,13 +127,13 @@ def deployment(tmp_path):
 def test_tls_authenticated_deployment_runs_fedacg(deployment, tmp_path):
     procs, creds, port, user = deployment
     conn = "secure"
-    out = run(["bash", str(DEPLOY / "register-supernodes.sh"), conn,
+    out = run(["sh", str(DEPLOY / "register-supernodes.sh"), conn,
                str(creds / "supernode-0.pub"), str(creds / "supernode-1.pub")], user)
     assert out.returncode == 0, out.stdout + out.stderr
     registered = node_ids(user, conn)
     assert len(registered) == 2 and set(registered.values()) == {"registered"}, registered
     # re-running the registration is harmless
-    again = run(["bash", str(DEPLOY / "register-supernodes.sh"), conn, str(creds / "supernode-0.pub")], user)
+    again = run(["sh", str(DEPLOY / "register-supernodes.sh"), conn, str(creds / "supernode-0.pub")], user)
     assert again.returncode == 0 and "already registered" in again.stdout, again.stdout + again.stderr
 
     cache = tmp_path / "partition-cache"
