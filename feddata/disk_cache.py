@@ -19,6 +19,7 @@ code (`feddata/*.py`), so a changed split or preprocessing never reads a stale f
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -58,9 +59,10 @@ def cache_dir(node_config: Mapping[str, Any] | None = None) -> Path | None:
         value = Path(base) / "fedacg-gc" / "partitions"
     if str(value) == "off":
         return None
-    return Path(value).expanduser()
+    return Path(str(value)).expanduser()
 
 
+@functools.lru_cache(maxsize=1)  # per process: neither changes while it runs
 def _versions() -> dict[str, str]:
     out = {}
     for name in _DATA_LIBRARIES:
@@ -71,6 +73,7 @@ def _versions() -> dict[str, str]:
     return out
 
 
+@functools.lru_cache(maxsize=1)
 def _code_hash() -> str:
     h = hashlib.sha256()
     for path in sorted(_FEDDATA.glob("*.py")):
@@ -86,7 +89,7 @@ def cache_key(cfg: Mapping[str, Any], partition_id: int, num_partitions: int) ->
         "config": {k: cfg[k] for k in CACHE_KEY_NAMES},
         "partition-id": int(partition_id),
         "num-partitions": int(num_partitions),
-        "libraries": _versions(),
+        "libraries": dict(_versions()),
         "code": _code_hash(),
     }
 
