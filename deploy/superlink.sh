@@ -13,7 +13,7 @@
 # restarts (default: in memory).
 set -euo pipefail
 if [ $# -lt 1 ]; then
-    sed -n '2,14p' "$0" >&2
+    sed -n '2,13p' "$0" >&2
     exit 2
 fi
 creds=$1

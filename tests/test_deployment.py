@@ -142,11 +142,14 @@ def test_tls_authenticated_deployment_runs_fedacg(deployment, tmp_path):
         "bash", str(DEPLOY / "supernode.sh"), f"127.0.0.1:{port}", str(creds / "ca.crt"),
         str(creds / "intruder"), "0", "2", str(free_port())],
         {**node_env, "FLWR_HOME": str(tmp_path / "intruder-home")})
+    # node 0 names its cache folder in its node config, node 1 through the environment
+    node_extra = [{"NODE_CONFIG_EXTRA": f"cache-dir='{cache}'", "FEDACG_CACHE_DIR": str(tmp_path / "unused")},
+                  {}]
     for i in range(2):
         procs.start(f"supernode-{i}", [
             "bash", str(DEPLOY / "supernode.sh"), f"127.0.0.1:{port}", str(creds / "ca.crt"),
             str(creds / f"supernode-{i}"), str(i), "2", str(free_port())],
-            {**node_env, "FLWR_HOME": str(tmp_path / f"node{i}-home")})
+            {**node_env, **node_extra[i], "FLWR_HOME": str(tmp_path / f"node{i}-home")})
 
     # the unregistered key is refused: the SuperNode exits with Flower's activation error
     intruder.wait(90)
@@ -172,5 +175,6 @@ def test_tls_authenticated_deployment_runs_fedacg(deployment, tmp_path):
     # each node prepared its partition once and kept it on disk for the next rounds
     cached = sorted(p.name.split("-")[1] for p in cache.glob("*.pt"))
     assert cached == ["p0of2", "p1of2"], cached
+    assert not (tmp_path / "unused").exists()
     print(f"\ndeployment on loopback: wall {wall:.1f} s, round seconds "
           f"{[round(r['seconds'], 2) for r in rows[1:]]}")
