@@ -115,6 +115,8 @@ def deployment(tmp_path):
                 return False
 
         wait_until(healthy, 60, "the SuperLink")
+        with pytest.raises(httpx.HTTPError):  # TLS only: plain HTTP is not answered
+            httpx.get(f"http://127.0.0.1:{port}/health", timeout=5)
         user = {**base, "FLWR_HOME": str(tmp_path / "user-home")}
         out = run(["sh", str(DEPLOY / "add-connection.sh"), "secure", f"127.0.0.1:{port}",
                    str(creds / "ca.crt")], user)
