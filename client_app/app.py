@@ -1,6 +1,9 @@
 """ClientApp: local training (SPEC 1.2) and federated evaluation on the node's partition.
 
-Thin Flower glue: the maths is in `local_update`, data and model are cached per process.
+Thin Flower glue: the maths is in `local_update`. In deployment every message starts a fresh
+process, so the import path stays light (torch, flwr, our models; no `datasets`/scikit-learn) and
+the node's prepared partition comes from its local disk (`feddata.disk_cache`) after the first
+message; in a simulation actor, data and model are also cached in memory between calls.
 """
 
 from __future__ import annotations
@@ -11,7 +14,9 @@ import torch
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
-from feddata import TrainTransform, load_client_data, spec_of
+from feddata.augment import TrainTransform
+from feddata.disk_cache import cache_dir, load_prepared_partition
+from feddata.specs import SPECS
 from models import build_model
 from models.evaluation import evaluate as evaluate_model
 from models.wire import state_view
@@ -55,10 +60,9 @@ def setup(msg: Message, context: Context):
     """Resolved config, this node's data, and the model holding the broadcast weights."""
     cfg = resolve(context.run_config)
     pid, nparts = data_partition_of(msg, context)
-    data = load_client_data(cfg, pid, nparts)
-    spec = spec_of(cfg)
+    data = load_prepared_partition(cfg, pid, nparts, cache_dir(context.node_config))
     device = pick_device(cfg["device"])
-    model = _model(cfg["model"], spec.in_shape, spec.num_classes, cfg["gn-groups"], str(device))
+    model = _model(cfg["model"], data.in_shape, data.num_classes, cfg["gn-groups"], str(device))
     state = state_view(msg.content["arrays"])  # views of the message bytes: copied once, below
     model.load_state_dict(state, strict=True)
     return cfg, pid, data, model, device
@@ -79,7 +83,7 @@ def train(msg: Message, context: Context) -> Message:
     gen = torch.Generator().manual_seed((int(c["seed"]) * 1_000_003 + int(c["server-round"])) * 100_003 + pid)
     # Training batches are augmented (cfg: augment, augment-padding, augment-rotation) and
     # normalized on the training device; evaluation data is normalized when loaded.
-    transform = TrainTransform(spec_of(cfg), cfg["augment"], cfg["augment-padding"],
+    transform = TrainTransform(SPECS[cfg["dataset"]], cfg["augment"], cfg["augment-padding"],
                                cfg["augment-rotation"])
     metrics = local_update(model, data.train_x, data.train_y, local, gen, transform)
     metrics["num-examples"] = len(data.train_y)

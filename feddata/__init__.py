@@ -1,20 +1,34 @@
 """Federated data: datasets (hub or local copies), client partitions, input pipeline, caches.
 
-Importing the package is light (no `datasets` / `flwr_datasets`); they load with the data.
+The names below are imported on first use (PEP 562), so that `import feddata.disk_cache` in a
+fresh ClientApp process does not pay for `datasets`, `flwr_datasets` and scikit-learn.
 """
 
-from .augment import AUGMENTATIONS, TrainTransform
-from .loading import (
-    DATA_KEYS, ClientData, load_client_data, load_partition, load_test_data, load_test_split,
-    spec_of,
-)
-from .population import ClientPopulation
-from .specs import DATASETS, SPECS, DatasetSpec
+from importlib import import_module
 
 PARTITIONERS = ("iid", "dirichlet-balanced", "lda", "natural", "shards")
 
-__all__ = [
-    "AUGMENTATIONS", "ClientData", "ClientPopulation", "DATASETS", "DATA_KEYS", "DatasetSpec",
-    "PARTITIONERS", "SPECS", "TrainTransform", "load_client_data", "load_partition",
-    "load_test_data", "spec_of", "load_test_split",
-]
+_EXPORTS = {
+    "AUGMENTATIONS": "augment", "TrainTransform": "augment",
+    "DATA_KEYS": "loading", "ClientData": "loading", "load_client_data": "loading",
+    "load_partition": "loading", "load_test_data": "loading", "load_test_split": "loading",
+    "spec_of": "loading",
+    "DATASETS": "specs", "SPECS": "specs", "DatasetSpec": "specs",
+    "ClientPopulation": "population",
+    "BalancedDirichletPartitioner": "partitioners", "build_partitioner": "partitioners",
+    "PreparedPartition": "disk_cache", "load_prepared_partition": "disk_cache",
+}
+
+__all__ = sorted([*_EXPORTS, "PARTITIONERS"])
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        value = getattr(import_module(f".{_EXPORTS[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'feddata' has no attribute '{name}'")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -26,3 +26,16 @@ def task_identity():
 
     TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1
     yield
+
+
+@pytest.fixture(autouse=True, scope="session")
+def partition_cache_dir(tmp_path_factory):
+    """ClientApps of the tests (and the Flower processes they start) cache partitions here."""
+    folder = tmp_path_factory.mktemp("partition-cache")
+    old = os.environ.get("FEDACG_CACHE_DIR")
+    os.environ["FEDACG_CACHE_DIR"] = str(folder)
+    yield folder
+    if old is None:
+        os.environ.pop("FEDACG_CACHE_DIR", None)
+    else:
+        os.environ["FEDACG_CACHE_DIR"] = old

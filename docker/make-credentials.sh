@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Credentials of the compose demo: CA + SuperLink certificate (SANs: superlink, localhost,
+# 127.0.0.1 and any extra ones given), one EC key pair per SuperNode and the SuperExec secret.
+#
+#   docker/make-credentials.sh [NUM_NODES=2] [EXTRA_SAN ...]      e.g. docker/make-credentials.sh 5 IP:192.168.1.10
+#
+# Writes $CREDENTIALS_DIR (default docker/credentials). Existing files are kept, so adding nodes
+# later (a larger NUM_NODES) only makes the new keys. The containers run as uid 49999 (the user
+# of Flower's images): run as root, the private files are given to that uid (mode 600);
+# otherwise they are made readable by all local users (mode 644), which is fine for a demo
+# on your own machine only.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+nodes=${1:-2}
+shift $(( $# > 0 ? 1 : 0 ))
+out=${CREDENTIALS_DIR:-$here/credentials}
+python=${PYTHON:-python3}
+mkdir -p "$out"
+if [ ! -e "$out/server.pem" ]; then
+    sans=(--san DNS:superlink)
+    for san in "$@"; do sans+=(--san "$san"); done
+    "$python" "$here/../deploy/credentials.py" tls --out "$out" "${sans[@]}"
+fi
+for ((i = 0; i < nodes; i++)); do
+    [ -e "$out/supernode-$i" ] || "$python" "$here/../deploy/credentials.py" node-key --out "$out" "supernode-$i"
+done
+if [ ! -e "$out/superexec.secret" ]; then
+    (umask 077; "$python" -c "import secrets; print(secrets.token_urlsafe(32), end='')" > "$out/superexec.secret")
+    echo "wrote $out/superexec.secret"
+fi
+private=("$out/server.key" "$out/superexec.secret")
+for ((i = 0; i < nodes; i++)); do private+=("$out/supernode-$i"); done
+if [ "$(id -u)" = 0 ]; then
+    chown 49999:49999 "${private[@]}"
+    chmod 600 "${private[@]}"
+else
+    chmod 644 "${private[@]}"
+fi
+echo "credentials for $nodes SuperNodes in $out (ca.key stays here: it is mounted nowhere)"

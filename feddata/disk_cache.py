@@ -1,0 +1,171 @@
+"""A node's prepared partition kept on its local disk, so a fresh ClientApp process loads it cheaply.
+
+In deployment every message runs in a new `flwr-clientapp` process: without this, each round
+would import `datasets`/`flwr_datasets`/scikit-learn and rebuild the split before training. Here
+the first process of a node builds its partition with `feddata.loading.load_client_data`, saves
+the tensors with `torch.save`, and every later process (next rounds, next runs with the same data
+config) reads them back with `torch.load(weights_only=True)` and imports nothing heavier than
+torch. This module must stay light: `feddata.loading` is imported only on a miss.
+
+Where: node config `cache-dir` (`flower-supernode --node-config "... cache-dir='/data/cache'"`),
+else the environment variable FEDACG_CACHE_DIR, else `$XDG_CACHE_HOME/fedacg-gc/partitions`
+(default `~/.cache/fedacg-gc/partitions`). The value `off` disables the disk cache.
+
+Key: every run-config key of the `data` group of `run_config.schema` plus `seed` (a superset of
+`feddata.loading.DATA_KEYS`, so a data key added to the schema is keyed without touching this
+file), the partition id and count, the versions of the data libraries and a hash of the data
+code (`feddata/*.py`), so a changed split or preprocessing never reads a stale file.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+
+from run_config.schema import KEYS
+
+FORMAT = 1  # bump when the file layout changes
+CACHE_KEY_NAMES: tuple[str, ...] = tuple(k.name for k in KEYS if k.group == "data") + ("seed",)
+_DATA_LIBRARIES = ("datasets", "flwr-datasets", "numpy")
+_FEDDATA = Path(__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class PreparedPartition:
+    """A client's train and held-out tensors and the shapes its model needs."""
+
+    train_x: torch.Tensor
+    train_y: torch.Tensor
+    val_x: torch.Tensor
+    val_y: torch.Tensor
+    in_shape: tuple[int, ...]
+    num_classes: int
+
+
+def cache_dir(node_config: Mapping[str, Any] | None = None) -> Path | None:
+    """The node's cache folder (see the module doc), or None when the disk cache is off."""
+    value = (node_config or {}).get("cache-dir") or os.environ.get("FEDACG_CACHE_DIR")
+    if not value:
+        base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+        value = Path(base) / "fedacg-gc" / "partitions"
+    if str(value) == "off":
+        return None
+    return Path(str(value)).expanduser()
+
+
+@functools.lru_cache(maxsize=1)  # per process: neither changes while it runs
+def _versions() -> dict[str, str]:
+    out = {}
+    for name in _DATA_LIBRARIES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "-"
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def _code_hash() -> str:
+    h = hashlib.sha256()
+    for path in sorted(_FEDDATA.glob("*.py")):
+        if path.name != "disk_cache.py":
+            h.update(path.name.encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
+
+
+def cache_key(cfg: Mapping[str, Any], partition_id: int, num_partitions: int) -> dict[str, Any]:
+    """Everything that determines a client's prepared partition."""
+    return {
+        "format": FORMAT,
+        "config": {k: cfg[k] for k in CACHE_KEY_NAMES},
+        "partition-id": int(partition_id),
+        "num-partitions": int(num_partitions),
+        "libraries": dict(_versions()),
+        "code": _code_hash(),
+    }
+
+
+def cache_file(folder: Path, key: dict[str, Any]) -> Path:
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
+    name = f"{key['config']['dataset']}-p{key['partition-id']}of{key['num-partitions']}-{digest}.pt"
+    return folder / name
+
+
+def _build(cfg: Mapping[str, Any], partition_id: int, num_partitions: int) -> PreparedPartition:
+    from .loading import load_client_data, spec_of  # heavy: datasets, flwr_datasets, sklearn
+
+    data = load_client_data(dict(cfg), partition_id, num_partitions)
+    spec = spec_of(dict(cfg))
+    return PreparedPartition(data.train_x, data.train_y, data.val_x, data.val_y,
+                             tuple(spec.in_shape), int(spec.num_classes))
+
+
+def _read(path: Path, key: dict[str, Any]) -> PreparedPartition | None:
+    try:
+        blob = torch.load(path, weights_only=True)
+    except FileNotFoundError:
+        return None
+    except Exception:  # a truncated or foreign file: rebuild it
+        return None
+    if not isinstance(blob, dict) or blob.get("key") != json.dumps(key, sort_keys=True):
+        return None
+    return PreparedPartition(blob["train_x"], blob["train_y"], blob["val_x"], blob["val_y"],
+                             tuple(blob["in_shape"]), int(blob["num_classes"]))
+
+
+def _write(path: Path, key: dict[str, Any], part: PreparedPartition) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    blob = {
+        "key": json.dumps(key, sort_keys=True),
+        "train_x": part.train_x.contiguous(), "train_y": part.train_y.contiguous(),
+        "val_x": part.val_x.contiguous(), "val_y": part.val_y.contiguous(),
+        "in_shape": list(part.in_shape), "num_classes": part.num_classes,
+    }
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(blob, f)
+        os.replace(tmp, path)  # atomic: a concurrent reader sees the old file or the whole new one
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+_memory: dict[Path, PreparedPartition] = {}  # a Ray actor serves many rounds in one process
+_MEMORY_ITEMS = 256
+
+
+def load_prepared_partition(
+    cfg: Mapping[str, Any], partition_id: int, num_partitions: int, folder: Path | None,
+) -> PreparedPartition:
+    """Client `partition_id`'s tensors: from memory, else from `folder`, else built and saved.
+
+    `cfg` is a resolved run config. `folder=None` builds without touching the disk.
+    """
+    if folder is None:
+        return _build(cfg, partition_id, num_partitions)
+    key = cache_key(cfg, partition_id, num_partitions)
+    path = cache_file(folder, key)
+    part = _memory.get(path) or _read(path, key)
+    if part is None:
+        part = _build(cfg, partition_id, num_partitions)
+        try:
+            _write(path, key, part)
+        except OSError as err:  # a read-only or full disk only costs speed
+            import warnings
+
+            warnings.warn(f"partition cache not written to {path}: {err}", RuntimeWarning)
+    _memory.pop(path, None)
+    _memory[path] = part  # most recent last
+    while len(_memory) > _MEMORY_ITEMS:
+        _memory.pop(next(iter(_memory)))
+    return part

@@ -1,0 +1,182 @@
+"""A secured deployment on loopback with the scripts of deploy/: TLS, SuperNode authentication,
+two registered SuperNodes as real processes, one unregistered node that is refused, and a 2-round
+FedACG run on digits through `flwr run . <connection> --stream`.
+
+Every process is started in its own session and stopped by its process group (the SuperLink's
+and the SuperNodes' SuperExecs and app processes with it), also when the test fails.
+"""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DEPLOY = ROOT / "deploy"
+pytestmark = pytest.mark.slow
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Processes:
+    """Popen in new sessions; `stop()` ends each process group, newest first."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.procs: list[tuple[str, subprocess.Popen]] = []
+
+    def start(self, name: str, cmd: list[str], env: dict) -> subprocess.Popen:
+        log = open(self.folder / f"{name}.log", "w")
+        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True, cwd=self.folder)
+        log.close()
+        self.procs.append((name, proc))
+        return proc
+
+    def log(self, name: str) -> str:
+        return (self.folder / f"{name}.log").read_text(errors="replace")
+
+    def stop(self) -> None:
+        for _, proc in reversed(self.procs):
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                try:
+                    os.killpg(proc.pid, sig)
+                except ProcessLookupError:
+                    break
+                try:
+                    proc.wait(15)
+                    # the group may outlive its leader (SuperExec, app processes)
+                    time.sleep(0.5)
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+                break
+
+
+def run(cmd, env, timeout=120, **kw):
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, **kw)
+
+
+def wait_until(check, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def node_ids(env, conn) -> dict[str, str]:
+    """name -> status of the registered SuperNodes, from `flwr supernode list --format json`."""
+    out = run(["flwr", "supernode", "list", conn, "--format", "json"], env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    nodes = json.loads(out.stdout)["nodes"]
+    return {str(n["node-id"]): n["status"] for n in nodes}
+
+
+@pytest.fixture
+def deployment(tmp_path):
+    if not shutil.which("flower-superlink"):
+        pytest.skip("flwr is not installed")
+    creds = tmp_path / "creds"
+    py = sys.executable
+    out = run([py, str(DEPLOY / "credentials.py"), "tls", "--out", str(creds)], os.environ)
+    assert out.returncode == 0, out.stderr
+    out = run([py, str(DEPLOY / "credentials.py"), "node-key", "--out", str(creds),
+               "supernode-0", "supernode-1", "intruder"], os.environ)
+    assert out.returncode == 0, out.stderr
+    port = free_port()
+    base = {**os.environ, "OMP_NUM_THREADS": "1", "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1"}
+    procs = Processes(tmp_path)
+    try:
+        procs.start("superlink", ["bash", str(DEPLOY / "superlink.sh"), str(creds), "127.0.0.1",
+                                  str(port)], {**base, "FLWR_HOME": str(tmp_path / "link-home")})
+
+        def healthy():
+            assert procs.procs[0][1].poll() is None, procs.log("superlink")
+            try:
+                return httpx.get(f"https://127.0.0.1:{port}/health", verify=str(creds / "ca.crt"),
+                                 timeout=2).is_success
+            except httpx.HTTPError:
+                return False
+
+        wait_until(healthy, 60, "the SuperLink")
+        with pytest.raises(httpx.HTTPError):  # TLS only: plain HTTP is not answered
+            httpx.get(f"http://127.0.0.1:{port}/health", timeout=5)
+        user = {**base, "FLWR_HOME": str(tmp_path / "user-home")}
+        out = run(["sh", str(DEPLOY / "add-connection.sh"), "secure", f"127.0.0.1:{port}",
+                   str(creds / "ca.crt")], user)
+        assert out.returncode == 0, out.stderr
+        yield procs, creds, port, user
+    finally:
+        procs.stop()
+
+
+def test_tls_authenticated_deployment_runs_fedacg(deployment, tmp_path):
+    procs, creds, port, user = deployment
+    conn = "secure"
+    out = run(["sh", str(DEPLOY / "register-supernodes.sh"), conn,
+               str(creds / "supernode-0.pub"), str(creds / "supernode-1.pub")], user)
+    assert out.returncode == 0, out.stdout + out.stderr
+    registered = node_ids(user, conn)
+    assert len(registered) == 2 and set(registered.values()) == {"registered"}, registered
+    # re-running the registration is harmless
+    again = run(["sh", str(DEPLOY / "register-supernodes.sh"), conn, str(creds / "supernode-0.pub")], user)
+    assert again.returncode == 0 and "already registered" in again.stdout, again.stdout + again.stderr
+
+    cache = tmp_path / "partition-cache"
+    node_env = {**user, "FEDACG_CACHE_DIR": str(cache)}
+    intruder = procs.start("intruder", [
+        "bash", str(DEPLOY / "supernode.sh"), f"127.0.0.1:{port}", str(creds / "ca.crt"),
+        str(creds / "intruder"), "0", "2", str(free_port())],
+        {**node_env, "FLWR_HOME": str(tmp_path / "intruder-home")})
+    # node 0 names its cache folder in its node config, node 1 through the environment
+    node_extra = [{"NODE_CONFIG_EXTRA": f"cache-dir='{cache}'", "FEDACG_CACHE_DIR": str(tmp_path / "unused")},
+                  {}]
+    for i in range(2):
+        procs.start(f"supernode-{i}", [
+            "bash", str(DEPLOY / "supernode.sh"), f"127.0.0.1:{port}", str(creds / "ca.crt"),
+            str(creds / f"supernode-{i}"), str(i), "2", str(free_port())],
+            {**node_env, **node_extra[i], "FLWR_HOME": str(tmp_path / f"node{i}-home")})
+
+    # the unregistered key is refused: the SuperNode exits with Flower's activation error
+    intruder.wait(90)
+    assert intruder.returncode != 0
+    assert "Failed to activate SuperNode" in procs.log("intruder"), procs.log("intruder")
+    wait_until(lambda: set(node_ids(user, conn).values()) == {"online"}, 60, "both SuperNodes online")
+    assert set(node_ids(user, conn)) == set(registered)  # the intruder never became a node
+
+    runs = tmp_path / "runs"
+    t0 = time.monotonic()
+    out = run(["flwr", "run", ".", conn, "--stream", "--run-config",
+               f"method='fedacg' num-server-rounds=2 fraction-train=1.0 min-train-nodes=2 "
+               f"out-dir='{runs}' run-name='deployed'"], user, timeout=420, cwd=ROOT)
+    wall = time.monotonic() - t0
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+    assert "[round 2/2] test-acc" in out.stdout, out.stdout[-4000:]
+    results = json.loads((runs / "deployed" / "results.json").read_text())
+    rows = results["rounds"]
+    assert [r["round"] for r in rows] == [0, 1, 2]
+    assert rows[0]["test-acc"] < 0.3  # chance is 0.1
+    assert results["summary"]["final-test-acc"] > 0.5, results["summary"]
+    assert all(r["train-replies"] == 2 for r in rows[1:]), rows
+    # each node prepared its partition once and kept it on disk for the next rounds
+    cached = sorted(p.name.split("-")[1] for p in cache.glob("*.pt"))
+    assert cached == ["p0of2", "p1of2"], cached
+    assert not (tmp_path / "unused").exists()
+    print(f"\ndeployment on loopback: wall {wall:.1f} s, round seconds "
+          f"{[round(r['seconds'], 2) for r in rows[1:]]}")
