@@ -9,6 +9,7 @@ message; in a simulation actor, data and model are also cached in memory between
 from __future__ import annotations
 
 import functools
+import time
 
 import torch
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
@@ -85,7 +86,9 @@ def train(msg: Message, context: Context) -> Message:
     # normalized on the training device; evaluation data is normalized when loaded.
     transform = TrainTransform(SPECS[cfg["dataset"]], cfg["augment"], cfg["augment-padding"],
                                cfg["augment-rotation"])
+    t = time.perf_counter()
     metrics = local_update(model, data.train_x, data.train_y, local, gen, transform)
+    metrics["train-seconds"] = time.perf_counter() - t  # local compute only (ends synchronized: .item())
     metrics["num-examples"] = len(data.train_y)
     content = RecordDict({"arrays": ArrayRecord(model.state_dict()), "metrics": MetricRecord(metrics)})
     return Message(content=content, reply_to=msg)

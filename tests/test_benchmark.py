@@ -19,7 +19,7 @@ def test_benchmark_smoke(tmp_path):
         [sys.executable, "-m", "benchmarks.sim_vs_loop", "--tiny", "--json", str(tmp_path / "b.json")],
         cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    assert "| workload | plain s/round | app s/round |" in out.stdout
+    assert "| workload | plain s/round | app s/round | app training s/round |" in out.stdout
     assert "server aggregation of 10 ResNet-18 updates" in out.stdout
     figures = json.loads((tmp_path / "b.json").read_text())
     tiny = figures["workloads"]["tiny"]
