@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from reporting.superlink import CONNECTION
 from test_simulation import superlink  # noqa: F401 - the module-scoped SuperLink fixture
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,7 +53,7 @@ def test_run_survives_raising_hanging_and_nan_clients(superlink, tmp_path):  # n
                   f"local-epochs=1 out-dir='{home}/runs' run-name='faults'")
     t = time.monotonic()
     out = subprocess.run(
-        ["flwr", "run", str(app), "test", "--stream", "--federation-config",
+        ["flwr", "run", str(app), CONNECTION, "--stream", "--federation-config",
          "num-supernodes=5 client-resources-num-cpus=1", "--run-config", run_config],
         env=env, capture_output=True, text=True, timeout=400,
     )

@@ -1,67 +1,32 @@
 """End to end with the real Flower runtime: `flwr run` against a SuperLink of the test's own.
 
 The SuperLink runs on its own ports with its own FLWR_HOME (so a SuperLink a user left on the
-default port is neither used nor disturbed) and is stopped by its process group, also on failure.
+default port is neither used nor disturbed) and every process it started is stopped, also on failure.
 """
 
 import json
-import os
 import shutil
-import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
 
-import httpx
 import pytest
+
+from reporting.superlink import CONNECTION, LocalSuperLink
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def superlink(tmp_path_factory):
+    """A simulation SuperLink on free ports with its own FLWR_HOME; every process it started
+    (the SuperExec runs in a session of its own) is stopped at the end, also on failure."""
     if not shutil.which("flower-superlink"):
         pytest.skip("flwr is not installed")
     home = tmp_path_factory.mktemp("flwr-home")
-    port, control = free_port(), free_port()
-    (home / "config.toml").write_text(
-        '[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = ":local:"\n\n'
-        f'[superlink.test]\naddress = "127.0.0.1:{port}"\ninsecure = true\n'
-    )
-    env = {**os.environ, "FLWR_HOME": str(home), "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1"}
-    log = open(home / "superlink.log", "w")
-    proc = subprocess.Popen(
-        ["flower-superlink", "--insecure", "--simulation", "--host", "127.0.0.1", "--port", str(port),
-         "--control-api-address", f"127.0.0.1:{control}"],  # no --database: state in memory
-        env=env, cwd=home, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).is_success:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None, (home / "superlink.log").read_text()
-            assert time.monotonic() < deadline, "SuperLink did not start in 60 s"
-            time.sleep(0.5)
-        yield env, home
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)  # the SuperLink and the SuperExec it started
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-        log.close()
+    with LocalSuperLink(home=home) as link:
+        yield link.env, home
 
 
 @pytest.mark.parametrize("method", ["fedacg", "gcfed"])
@@ -77,7 +42,7 @@ def test_flwr_run_reaches_accuracy(superlink, method):
         run_config = f"setup='{setup}' out-dir='{home}/runs' run-name='{method}'"
     t = time.monotonic()
     out = subprocess.run(
-        ["flwr", "run", ".", "test", "--stream", "--federation-config", "num-supernodes=10",
+        ["flwr", "run", ".", CONNECTION, "--stream", "--federation-config", "num-supernodes=10",
          "--run-config", run_config],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
     )
