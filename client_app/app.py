@@ -57,6 +57,24 @@ def data_partition_of(msg: Message, context: Context) -> tuple[int, int]:
     return partition_of(context)
 
 
+_on_device: dict[tuple[int, str], tuple[object, tuple[torch.Tensor, ...]]] = {}
+
+
+def on_device(data, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """(train_x, train_y, val_x, val_y) on the training device, moved once per partition and
+    process (a partition is a few MB; on the CPU these are the cached tensors themselves)."""
+    if device.type == "cpu":
+        return data.train_x, data.train_y, data.val_x, data.val_y
+    key = (id(data), str(device))
+    cached = _on_device.get(key)
+    if cached is None or cached[0] is not data:  # (an id can be reused once `data` is freed)
+        if len(_on_device) >= 512:
+            _on_device.pop(next(iter(_on_device)))
+        cached = _on_device[key] = (data, tuple(
+            t.to(device, non_blocking=True) for t in (data.train_x, data.train_y, data.val_x, data.val_y)))
+    return cached[1]
+
+
 def setup(msg: Message, context: Context):
     """Resolved config, this node's data, and the model holding the broadcast weights."""
     cfg = resolve(context.run_config)
@@ -87,7 +105,8 @@ def train(msg: Message, context: Context) -> Message:
     transform = TrainTransform(SPECS[cfg["dataset"]], cfg["augment"], cfg["augment-padding"],
                                cfg["augment-rotation"])
     t = time.perf_counter()
-    metrics = local_update(model, data.train_x, data.train_y, local, gen, transform)
+    train_x, train_y, _, _ = on_device(data, device)
+    metrics = local_update(model, train_x, train_y, local, gen, transform)
     metrics["train-seconds"] = time.perf_counter() - t  # local compute only (ends synchronized: .item())
     metrics["num-examples"] = len(data.train_y)
     content = RecordDict({"arrays": ArrayRecord(model.state_dict()), "metrics": MetricRecord(metrics)})
@@ -96,8 +115,9 @@ def train(msg: Message, context: Context) -> Message:
 
 @app.evaluate()
 def evaluate(msg: Message, context: Context) -> Message:
-    _, _, data, model, _ = setup(msg, context)
-    loss, acc = evaluate_model(model, data.val_x, data.val_y)
+    _, _, data, model, device = setup(msg, context)
+    _, _, val_x, val_y = on_device(data, device)
+    loss, acc = evaluate_model(model, val_x, val_y)
     metrics = {"num-examples": len(data.val_y)}
     if len(data.val_y):
         metrics.update({"eval-loss": loss, "eval-acc": acc})

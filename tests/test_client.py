@@ -102,3 +102,15 @@ def test_epochs_and_iterations():
     assert LocalConfig(lr=1, local_epochs=5, batch_size=50).num_steps(500) == 50  # FedACG: 5 ep = 50 it
     assert LocalConfig(lr=1, local_epochs=2, batch_size=16).num_steps(65) == 10
     assert LocalConfig(lr=1, local_epochs=2, local_iterations=7).num_steps(65) == 7
+
+
+def test_partition_moves_to_the_training_device_once():
+    from client_app.app import on_device
+    from feddata.disk_cache import PreparedPartition
+
+    data = PreparedPartition(torch.zeros(4, 1, 8, 8, dtype=torch.uint8), torch.zeros(4, dtype=torch.long),
+                             torch.zeros(1, 1, 8, 8), torch.zeros(1, dtype=torch.long), (1, 8, 8), 10)
+    assert on_device(data, torch.device("cpu"))[0] is data.train_x  # CPU: the cached tensors
+    moved = on_device(data, torch.device("meta"))  # stands in for a GPU on this machine
+    assert moved[0].device.type == "meta" and moved[0].shape == (4, 1, 8, 8)
+    assert on_device(data, torch.device("meta"))[0] is moved[0]  # moved once, then reused
