@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from test_simulation import free_port
+from reporting.superlink import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
