@@ -6,7 +6,6 @@ GC-Fed Def. 1) and by the server on the aggregated update (global GC, GC-Fed Def
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
 
 import torch
 from torch import nn
@@ -23,11 +22,6 @@ def centralize_(g: torch.Tensor, vectors: str = "center") -> torch.Tensor:
     elif g.dim() == 1 and vectors == "center":
         g.sub_(g.mean())
     return g
-
-
-def centralize_all_(tensors: Iterable[torch.Tensor], vectors: str = "center") -> None:
-    for g in tensors:
-        centralize_(g, vectors)
 
 
 def borderline_index(model: nn.Module, borderline: float | str) -> int:
@@ -68,8 +62,3 @@ def gc_layer_names(
     if mode == "classifier":
         return names[cut:]
     raise ValueError(f"unknown GC mode '{mode}'")
-
-
-def select(named: Sequence[tuple[str, torch.Tensor]], names: Iterable[str]) -> list[torch.Tensor]:
-    wanted = set(names)
-    return [t for n, t in named if n in wanted]

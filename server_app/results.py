@@ -24,6 +24,7 @@ from flwr.app import ArrayRecord, MetricRecord, RecordDict
 from flwr.common import log
 
 from models.evaluation import evaluate
+from models.wire import state_view
 from reporting.metrics import ema_update, run_summary
 from run_config import acc_at_rounds, target_accs
 
@@ -92,7 +93,7 @@ class RunRecorder:
         due = server_round % self.cfg["eval-every"] == 0 or server_round == rounds
         row: dict[str, Any] = {"round": server_round}
         if due:
-            self.model.load_state_dict(arrays.to_torch_state_dict())
+            self.model.load_state_dict(state_view(arrays))  # views of the record: one copy, into the model
             loss, acc = evaluate(self.model, *self.test)
             row.update({"test-loss": loss, "test-acc": acc})
             if server_round > 0:
