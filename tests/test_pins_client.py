@@ -85,7 +85,8 @@ def test_one_client_step_in_the_documented_order_with_every_part_active(vectors)
                 grad_clip=CLIP, momentum=MOM, weight_decay=WD, local_gc_layers=2,
                 gc_vectors=vectors)
     for name, (p, e) in zip(("W1", "b1", "W2", "b2"), zip(net.parameters(), expected)):
-        assert torch.allclose(p.detach(), e, atol=1e-6, rtol=0), (name, (p.detach() - e).abs().max())
+        gap = (p.detach() - e).abs().max()
+        assert torch.allclose(p.detach(), e, atol=1e-6, rtol=0), (name, gap)
 
 
 @pytest.mark.parametrize("vectors", ["center", "skip"])
