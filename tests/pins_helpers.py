@@ -26,11 +26,13 @@ def local_train(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *, lr:
                 generator: torch.Generator | None = None) -> dict:
     """Run the client's local update on `model` in place from its current weights (phi)."""
     from client_app.local_update import LocalConfig, local_update
+    from methods.fedprox import ProximalTerm
 
-    cfg = LocalConfig(lr=lr, local_iterations=steps, batch_size=batch_size, alpha=alpha, beta=beta,
+    cfg = LocalConfig(lr=lr, local_iterations=steps, batch_size=batch_size, alpha=alpha,
                       grad_clip=grad_clip, local_momentum=momentum, weight_decay=weight_decay,
                       local_gc_layers=local_gc_layers, gc_vectors=gc_vectors)
-    return local_update(model, x, y, cfg, generator)
+    parts = [ProximalTerm({"beta": beta})] if beta > 0 else []
+    return local_update(model, x, y, cfg, generator, parts=parts)
 
 
 # --- run config, model, data -----------------------------------------------------------------
@@ -93,11 +95,13 @@ def lookahead_strategy(**kwargs):
 
 
 def client_settings(run_config: dict, model: torch.nn.Module | None = None) -> dict:
-    """The static train config every sampled client receives, as a plain dict."""
-    from strategies import client_train_config
+    """The client's local-update settings (made once from the run config), as a plain dict."""
+    from dataclasses import asdict
+
+    from client_app.objective import settings
 
     model = model if model is not None else server_model(run_config)
-    return dict(client_train_config(resolved(run_config), model))
+    return asdict(settings(run_config).local_config(model, resolved(run_config)["lr"]))
 
 
 def run_strategy(strategy, handler, init: dict, rounds: int, num_nodes: int,
