@@ -107,7 +107,8 @@ def train(msg: Message, context: Context) -> Message:
     metrics = local_update(model, train_x, train_y, local, gen, transform, client.parts, ctx)
     metrics["train-seconds"] = time.perf_counter() - t  # local compute only (ends synchronized: .item())
     metrics["num-examples"] = len(data.train_y)
-    content = RecordDict({"arrays": ArrayRecord(model.state_dict()), "metrics": MetricRecord(metrics),
+    content = RecordDict({"arrays": ArrayRecord(model.state_dict()),
+                          "metrics": MetricRecord(metrics),
                           **ctx.up})  # the method's extra records (none for most methods)
     return Message(content=content, reply_to=msg)
 

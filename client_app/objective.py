@@ -52,7 +52,8 @@ def local_config(cfg: dict[str, Any], model: nn.Module, lr: float) -> LocalConfi
 
 def client_parts(cfg: dict[str, Any]) -> tuple:
     """The client parts `client-objective` names, built from the resolved config."""
-    return tuple(methods.CLIENT_PARTS[name](cfg) for name in parse_objective(cfg["client-objective"]))
+    names = parse_objective(cfg["client-objective"])
+    return tuple(methods.CLIENT_PARTS[name](cfg) for name in names)
 
 
 @functools.lru_cache(maxsize=8)

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from .parts import ClientPart, Config, Method, ServerRule
 from .registry import (BASE_PRESET, CLIENT_PARTS, METHODS, SERVER_RULES, check_parts,
-                       client_part_names, method_names, preset_of, register, server_rule_names, unregister)
+                       client_part_names, method_names, preset_of, register, server_rule_names,
+                       unregister)
 
 # The built-in methods (each module registers itself on import).
 from . import fedavg, fedprox, fedavgm, fedacg, fedagm  # noqa: E402,F401,I001

@@ -8,7 +8,8 @@ from .registry import register
 
 register(Method(
     'fedacg',
-    'Kim, Kim, Han. Communication-Efficient Federated Learning with Accelerated Client Gradient (FedACG), CVPR 2024, Alg. 1',
+    "Kim, Kim, Han. Communication-Efficient Federated Learning with Accelerated Client "
+    "Gradient (FedACG), CVPR 2024, Alg. 1",
     "momentum", ('proximal',),
     {"lookahead": True, "lam": 0.85, "beta": 0.01},
 ))

@@ -5,5 +5,5 @@ from . import flower_fedopt  # noqa: F401  (registers the server rule)
 from .parts import Method
 from .registry import register
 
-register(Method("fedadagrad", "Reddi et al. 2021, https://arxiv.org/abs/2003.00295", "fedadagrad", (),
-                {"eta": 0.01}))
+register(Method("fedadagrad", "Reddi et al. 2021, https://arxiv.org/abs/2003.00295",
+                "fedadagrad", (), {"eta": 0.01}))

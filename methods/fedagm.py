@@ -8,7 +8,8 @@ from .registry import register
 
 register(Method(
     'fedagm',
-    'Kim, Kim, Han. Communication-Efficient Federated Learning with Acceleration of Global Momentum (FedAGM), Alg. 2',
+    "Kim, Kim, Han. Communication-Efficient Federated Learning with Acceleration of Global "
+    "Momentum (FedAGM), Alg. 2",
     "momentum", ('proximal',),
     {"lookahead": True, "lam": 0.85, "beta": 0.01},
 ))

@@ -14,7 +14,7 @@ from flwr.serverapp.strategy import FedAdagrad, FedAdam, FedYogi
 
 from strategies.server_update import State
 
-from .parts import Method, ServerRule
+from .parts import ServerRule
 from .registry import register
 
 

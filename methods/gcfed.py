@@ -7,7 +7,8 @@ from .registry import register
 
 register(Method(
     'gcfed',
-    'Seo et al. GC-Fed: Gradient Centralized Federated Learning with Partial Client Participation, Alg. 1',
+    'Seo et al. GC-Fed: '
+    'Gradient Centralized Federated Learning with Partial Client Participation, Alg. 1',
     "momentum", (),
     {"local-gc": 'features', "global-gc": 'all', "aggregation": 'uniform'},
 ))

@@ -32,7 +32,7 @@ class MomentumRule(ServerRule):
     keys = ("lookahead", "lam", "eta", "aggregation", "global-gc", "gc-vectors", "gc-borderline")
     supports = frozenset({"lookahead", "global-gc", "aggregation=uniform", "dynamic-clients",
                           "resume"})
-    summary = "SPEC 1.1: look-ahead, server momentum, global GC"
+    summary = "look-ahead broadcast, server momentum, global GC (docs/algorithms.md#server-round)"
 
     def __init__(self, cfg, model) -> None:
         from models.centralization import gc_layer_names
@@ -66,7 +66,8 @@ class MomentumRule(ServerRule):
 
     def describe(self) -> str:
         return (f"momentum: lookahead={self.lookahead} lam={self.lam} eta={self.eta} "
-                f"aggregation={self.aggregation} global-GC on {len(self.global_gc_layers)} tensors")
+                f"aggregation={self.aggregation} "
+                f"global-GC on {len(self.global_gc_layers)} tensors")
 
     def start(self, theta_record: ArrayRecord) -> None:
         self.theta = dict(theta_record.to_torch_state_dict())

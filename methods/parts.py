@@ -14,7 +14,7 @@ Config = dict[str, Any]  # a resolved run config (run_config.resolve)
 
 
 class ClientPart:
-    """One part of the client objective of SPEC 1.2's local update (docs/algorithms.md
+    """One part of the client objective of the local update (docs/algorithms.md
     #local-update). Every hook is optional; the local update calls, in this order:
 
     begin(ctx)                       once per local update, model at phi, before the first step
@@ -86,6 +86,10 @@ class ServerRule:
 
     def __init__(self, cfg: Config, model) -> None:
         self.cfg = cfg
+
+    def describe(self) -> str:
+        """The rule and its settings, for the log."""
+        return self.name
 
     def start(self, theta_record) -> None:
         raise NotImplementedError

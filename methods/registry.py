@@ -34,7 +34,8 @@ def register(*items: Method | type[ServerRule] | type[ClientPart]) -> None:
         elif isinstance(item, type) and issubclass(item, ClientPart):
             table, name = CLIENT_PARTS, item.name
         else:
-            raise RegistryError(f"cannot register {item!r}: not a Method, ServerRule or ClientPart")
+            raise RegistryError(f"cannot register {item!r}: not a Method, ServerRule or "
+                                "ClientPart")
         if not name or name in ("preset", "auto", "none") or "," in name:
             raise RegistryError(f"{item!r} needs a name other than '', 'preset', 'auto', 'none'")
         if table.get(name, item) is not item and table[name] != item:

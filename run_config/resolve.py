@@ -148,7 +148,8 @@ def _check_combinations(cfg: dict[str, Any], explicit: set[str]) -> None:
 def _check_parts(cfg: dict[str, Any], explicit: set[str]) -> None:
     """Refuse, before the run starts, parts that cannot work together (each message names both
     parts) and keys set for a part that the run does not use."""
-    unknown = [p for p in parse_objective(cfg["client-objective"]) if p not in methods.CLIENT_PARTS]
+    names = parse_objective(cfg["client-objective"])
+    unknown = [p for p in names if p not in methods.CLIENT_PARTS]
     if unknown or not cfg["client-objective"].strip():
         raise ConfigError(
             f"run config 'client-objective' = '{cfg['client-objective']}': unknown client part(s) "

@@ -109,7 +109,8 @@ def main(grid: Grid, context: Context) -> None:
 
     def round_end(server_round: int, arrays: ArrayRecord) -> None:
         if every and (server_round % every == 0 or server_round == cfg["num-server-rounds"]):
-            path = save_checkpoint(run_dir, server_round, cfg, strategy.state_dict(), recorder.rows)
+            path = save_checkpoint(run_dir, server_round, cfg, strategy.state_dict(),
+                                   recorder.rows)
             log(INFO, "Checkpoint of round %d: %s", server_round, path)
 
     result = strategy.start(**run, round_end_fn=round_end)

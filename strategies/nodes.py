@@ -81,7 +81,8 @@ class Nodes:
     # --- state (checkpoints) ----------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """The sampling RNG. Sampling is by partition-id order, so the RNG state means the same
-        partitions in a new run with other node ids; the node-id -> partition map is learnt again."""
+        partitions in a new run with other node ids; the node-id -> partition map is learnt
+        again."""
         return {"sampling-rng": self.rng.getstate()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -94,7 +95,7 @@ class Nodes:
         return f"node {node}" + (f" (partition {self.partition_of[node]})" if known else "")
 
     def identify(self, grid: Grid, nodes: list[int], construct: Construct) -> None:
-        """Ask nodes not asked before for their partition-id (a QUERY message; no data is loaded)."""
+        """Ask nodes not asked before for their partition-id (a QUERY message, no data loaded)."""
         new = [n for n in nodes if n not in self._queried]
         if not new:
             return
@@ -122,7 +123,8 @@ class Nodes:
         return (node not in self.partition_of, self.partition_of.get(node, 0), node)
 
     # --- sampling ---------------------------------------------------------------------------
-    def sample(self, grid: Grid, fraction: float, min_nodes: int, construct: Construct) -> list[int]:
+    def sample(self, grid: Grid, fraction: float, min_nodes: int,
+               construct: Construct) -> list[int]:
         """Sample max(floor(fraction * connected), min_nodes) nodes.
 
         Waits at most `node_wait_timeout` seconds for enough nodes to connect.
@@ -144,7 +146,8 @@ class Nodes:
             return list(construct(record, node_ids, message_type))
         unknown = [n for n in node_ids if n not in self.partition_of]
         if unknown or not self.num_slots:
-            raise RuntimeError(f"dynamic clients: nodes {unknown} did not report their partition-id")
+            raise RuntimeError(f"dynamic clients: nodes {unknown} did not report their "
+                               "partition-id")
         held = self.population.assignment(server_round, self.num_slots)
         pool = self.population.pool_size(self.num_slots)
         if message_type == MessageType.TRAIN:

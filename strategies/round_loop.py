@@ -71,8 +71,7 @@ class MethodStrategy(RoundConfig, FedAvg):
         self.round_metrics_fn: Callable[[int, MetricRecord], None] | None = None
 
     def summary(self) -> None:
-        log(INFO, "\t├──> Server rule: %s", self.rule.describe() if hasattr(self.rule, "describe")
-            else self.rule.name)
+        log(INFO, "\t├──> Server rule: %s", self.rule.describe())
         log(INFO, "\t├──> Replies: at least %d good ones per round, max update norm %s",
             self.min_train_clients, self.max_update_norm or "unlimited")
         super().summary()
@@ -172,8 +171,8 @@ class MethodStrategy(RoundConfig, FedAvg):
         log(INFO, "configure_train: sampled %d nodes (partitions %s)", len(node_ids),
             [self.nodes.partition_of.get(n, f"node {n}") for n in node_ids])
         if len(node_ids) < self.min_train_clients:
-            log(WARNING, "round %d: %d nodes sampled but min-train-clients = %d: the round will be "
-                "skipped", server_round, len(node_ids), self.min_train_clients)
+            log(WARNING, "round %d: %d nodes sampled but min-train-clients = %d: the round will "
+                "be skipped", server_round, len(node_ids), self.min_train_clients)
         record = RecordDict({self.arrayrecord_key: payload,
                              self.configrecord_key: self.round_config(server_round, config)})
         for name, extra in self.rule.down_records(server_round).items():
@@ -198,7 +197,8 @@ class MethodStrategy(RoundConfig, FedAvg):
             counts["replies"], counts["errors"], counts["timeouts"], counts["dropped"])
         arrays, skip = None, None
         if len(screened.good) < self.min_train_clients or not screened.good:
-            skip = f"{len(screened.good)} good replies, min-train-clients = {self.min_train_clients}"
+            skip = (f"{len(screened.good)} good replies, "
+                    f"min-train-clients = {self.min_train_clients}")
         else:
             arrays, skip = self.rule.aggregate(server_round, screened.good, self._phi,
                                                [up.get(id(m), {}) for m, _, _ in screened.good])
@@ -263,7 +263,8 @@ class MethodStrategy(RoundConfig, FedAvg):
         return self.nodes.messages(record, node_ids, MessageType.EVALUATE, server_round,
                                    self._construct, self.configrecord_key)
 
-    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
+    def aggregate_evaluate(self, server_round: int,
+                           replies: Iterable[Message]) -> MetricRecord | None:
         good = []
         for msg in replies:
             node = self.nodes.describe(msg.metadata.src_node_id)
@@ -273,7 +274,8 @@ class MethodStrategy(RoundConfig, FedAvg):
                 continue
             records = list(msg.content.metric_records.values())
             n = records[0].get(self.weighted_by_key) if len(records) == 1 else None
-            if isinstance(n, bool) or not isinstance(n, (int, float)) or not math.isfinite(n) or n < 0:
+            bad = isinstance(n, bool) or not isinstance(n, (int, float))
+            if bad or not math.isfinite(n) or n < 0:
                 log(WARNING, "round %d: dropped the evaluation reply of %s: expected one "
                     "MetricRecord with '%s' >= 0", server_round, node, self.weighted_by_key)
                 continue

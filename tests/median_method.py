@@ -82,7 +82,8 @@ class AnchorPull(ClientPart):
         return self.gamma / 2 * sum(((p - a) ** 2).sum() for p, a in zip(ctx.params, self.anchor))
 
     def end(self, ctx):
-        drift = torch.sqrt(sum(((p.detach() - q) ** 2).sum() for p, q in zip(ctx.params, self.phi)))
+        drift = torch.sqrt(sum(((p.detach() - q) ** 2).sum()
+                               for p, q in zip(ctx.params, self.phi)))
         count = ctx.state.metric_records.get("anchor-pull", MetricRecord({"rounds": 0}))
         ctx.state["anchor-pull"] = MetricRecord({"rounds": int(count["rounds"]) + 1})
         return {"drift": ArrayRecord({"drift": drift.reshape(1).cpu()})}
