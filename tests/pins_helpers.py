@@ -65,7 +65,7 @@ def client_inputs(run_config: dict, partition_id: int, num_partitions: int):
     return normalize(part.train_x, spec_of(cfg)), part.train_y
 
 
-def test_set(run_config: dict):
+def server_test_set(run_config: dict):
     """The server's test set (normalized inputs, labels)."""
     from feddata import load_test_data
 
@@ -188,3 +188,42 @@ def checkpoint(run_config: dict) -> dict:
     from server_app.checkpoint import load_checkpoint
 
     return load_checkpoint(run_folder(run_config) / "checkpoint.pt")
+
+
+def num_examples_of(reply) -> int:
+    content = reply.content if isinstance(reply, Message) else reply
+    return int(content["metrics"]["num-examples"])
+
+
+def recording(inner, log: list):
+    """Wrap a FakeGrid handler: every train instruction and its reply is appended to `log` as
+    {'round', 'partition', 'phi', 'config', 'model', 'n'} (partition = node index)."""
+
+    def handler(i, msg):
+        out = inner(i, msg)
+        if is_train(msg) and out is not None:
+            log.append({"round": config_of(msg)["server-round"], "partition": i,
+                        "phi": broadcast_of(msg), "config": config_of(msg),
+                        "model": model_of(out), "n": num_examples_of(out)})
+        return out
+
+    return handler
+
+
+def crashing_grid(num_nodes: int, handler, crash_round: int):
+    """A FakeGrid that raises `Crash` when the train instructions of `crash_round` are sent
+    (the server process dies before that round's clients run)."""
+
+    class CrashingGrid(FakeGrid):
+        def send_and_receive(self, messages, *, timeout=None):
+            messages = list(messages)
+            if messages and is_train(messages[0]) and \
+                    config_of(messages[0])["server-round"] == crash_round:
+                raise Crash
+            return super().send_and_receive(messages, timeout=timeout)
+
+    return CrashingGrid(num_nodes, handler)
+
+
+class Crash(Exception):
+    """The server process dies."""
