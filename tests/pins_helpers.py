@@ -227,3 +227,30 @@ def crashing_grid(num_nodes: int, handler, crash_round: int):
 
 class Crash(Exception):
     """The server process dies."""
+
+
+# --- data splits -----------------------------------------------------------------------------
+
+
+def partitioner(name: str, num_partitions: int, label: str, seed: int,
+                natural_id: str | None = None, **options):
+    """The partitioner the app builds for `name` (options: dirichlet_alpha, lda_alpha,
+    lda_min_size, shards_per_client), not yet given a dataset."""
+    from feddata import build_partitioner
+
+    kw = {"dirichlet_alpha": 0.5, "lda_alpha": 0.5, "lda_min_size": 1, **options}
+    return build_partitioner(name, num_partitions, label, seed=seed, natural_id=natural_id, **kw)
+
+
+def partition_rows(run_config: dict, partition_id: int, num_partitions: int):
+    """Client `partition_id`'s raw training examples (a datasets.Dataset) for `run_config`."""
+    from feddata import load_partition
+
+    return load_partition(resolved(run_config), partition_id, num_partitions)
+
+
+def server_test_rows(run_config: dict):
+    """The server's raw test examples (a datasets.Dataset) for `run_config`."""
+    from feddata import load_test_split
+
+    return load_test_split(resolved(run_config))
