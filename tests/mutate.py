@@ -58,7 +58,10 @@ TESTS: dict[str, list[str]] = {
         "tests/test_pins_server.py", _PINS_APP, "tests/test_bad_replies.py",
         "tests/test_app.py::test_flower_baseline_and_federated_evaluation"],
     "strategies/": ["tests/test_pins_server.py", "tests/test_strategy.py",
-                    "tests/test_bad_replies.py", _PINS_APP, "tests/test_checkpoint.py"],
+                    "tests/test_bad_replies.py", _PINS_APP, "tests/test_checkpoint.py",
+                    "tests/test_app.py::test_same_seed_samples_the_same_partitions_whatever_the_node_ids",
+                    "tests/test_results.py::test_dynamic_clients_train_on_replaced_partitions",
+                    "tests/test_results.py::test_without_dynamic_clients_nodes_keep_their_partition"],
     "client_app/": ["tests/test_pins_client.py", "tests/test_client.py", _PINS_APP],
     "models/centralization.py": ["tests/test_gc.py", "tests/test_pins_client.py",
                                  "tests/test_pins_server.py", "tests/test_client.py", _PINS_APP],
@@ -315,6 +318,16 @@ def _apply(tree, node, change) -> bool:
     return True
 
 
+def survivors_in(output: str) -> set[tuple[str, int, str]]:
+    """(path, line, description) of every survivor listed in a run's output."""
+    found, lines = set(), output.splitlines()
+    for here, after in zip(lines, lines[1:]):
+        if here.startswith("  ") and after.strip().startswith("mutation: "):
+            path, line = here.strip().split(":")[:2]
+            found.add((path, int(line), after.strip()[len("mutation: "):]))
+    return found
+
+
 def python_files(targets: list[str], root: Path) -> list[Path]:
     out = []
     for t in targets:
@@ -388,12 +401,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=1, help="mutants run at the same time (1)")
     ap.add_argument("--list", action="store_true", help="only list the mutants")
     ap.add_argument("--min-score", type=float, default=0.0, help="exit 1 below this share")
+    ap.add_argument("--rerun", metavar="OUTPUT", help="run only the survivors listed in the "
+                    "saved output of an earlier run (after adding tests)")
     args = ap.parse_args(argv)
 
     mutants: list[Mutant] = []
     for path in python_files(args.targets, ROOT):
         mutants += find_mutants(path, str(path.relative_to(ROOT)))
     mutants.sort(key=lambda m: (m.path, m.line))
+    if args.rerun:
+        wanted = survivors_in(Path(args.rerun).read_text())
+        mutants = [m for m in mutants if (m.path, m.line, m.description) in wanted]
+        print(f"re-running {len(mutants)} of the {len(wanted)} survivors of {args.rerun} "
+              "(the others are no longer found where they were: the code moved)")
     total_found = len(mutants)
     if args.sample and args.sample < len(mutants):
         mutants = sorted(random.Random(args.seed).sample(mutants, args.sample),
