@@ -74,7 +74,12 @@ TESTS: dict[str, list[str]] = {
 # Imported once by the parent (never the files under mutation, nor anything importing them).
 PRELOAD = ["numpy", "torch", "torch.nn.functional", "flwr.app", "flwr.serverapp",
            "flwr.clientapp", "flwr.serverapp.strategy", "datasets", "flwr_datasets",
-           "flwr_datasets.partitioner", "sklearn.datasets", "pytest", "PIL.Image", "hypothesis"]
+           "flwr_datasets.partitioner", "sklearn.datasets", "pytest", "PIL.Image", "hypothesis",
+           "matplotlib.pyplot"]
+# The app's packages that neither are mutated nor import a mutated module (checked at start).
+PRELOAD_APP = ["run_config", "feddata", "feddata.loading", "feddata.partitioners",
+               "feddata.disk_cache", "feddata.augment", "feddata.summary", "models",
+               "models.evaluation", "models.wire", "reporting.metrics"]
 
 
 def warm_up_torch() -> None:
@@ -434,6 +439,13 @@ def main(argv: list[str] | None = None) -> int:
             __import__(name)
         except ImportError:
             pass
+    mutated = {m.path[:-3].replace("/", ".") for m in mutants}
+    sys.path.insert(0, str(ROOT))
+    for name in PRELOAD_APP:
+        __import__(name)
+    early = mutated & set(sys.modules)
+    if early:
+        sys.exit(f"mutate: {sorted(early)} imported before forking; trim PRELOAD_APP")
     import torch
 
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))

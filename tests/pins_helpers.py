@@ -254,3 +254,56 @@ def server_test_rows(run_config: dict):
     from feddata import load_test_split
 
     return load_test_split(resolved(run_config))
+
+
+def run_strategy_result(strategy, handler, init: dict, rounds: int, num_nodes: int):
+    """Like run_strategy, but return Flower's `Result` (arrays and the metrics of every round)."""
+    grid = FakeGrid(num_nodes, handler)
+    return strategy.start(grid=grid, initial_arrays=ArrayRecord(init), num_rounds=rounds,
+                          train_config=ConfigRecord({"x": 1}))
+
+
+def node_wait_timeout_error():
+    from strategies import NodeWaitTimeout
+
+    return NodeWaitTimeout
+
+
+def error_reply(msg: Message, reason: str = "client failed") -> Message:
+    from flwr.app import Error
+
+    return Message(Error(code=0, reason=reason), reply_to=msg)
+
+
+def metrics_reply(metrics: dict) -> RecordDict:
+    return RecordDict({"metrics": MetricRecord(metrics)})
+
+
+def is_evaluate(msg: Message) -> bool:
+    return msg.metadata.message_type == "evaluate"
+
+
+def borderline(model: torch.nn.Module, where) -> int:
+    """How many leading parameter tensors are 'features' for gc-borderline = `where`."""
+    from models.centralization import borderline_index
+
+    return borderline_index(model, where)
+
+
+def save_checkpoint_file(folder: Path, payload: dict) -> Path:
+    """Write `payload` as `folder`/checkpoint.pt with torch.save (a file the app would read)."""
+    path = Path(folder) / "checkpoint.pt"
+    torch.save(payload, path)
+    return path
+
+
+def read_checkpoint(path: Path) -> dict:
+    from server_app.checkpoint import load_checkpoint
+
+    return load_checkpoint(path)
+
+
+def checkpoint_error():
+    from server_app.checkpoint import CheckpointError
+
+    return CheckpointError

@@ -12,10 +12,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pins_helpers import (Crash, broadcast_of, checkpoint, client_inputs, config_of,
-                          crashing_grid, final_model, is_query, make_reply, partition_reply,
-                          real_client, recording, results_rows, run_folder, run_server_app,
-                          server_model, server_test_set)
+from pins_helpers import (Crash, broadcast_of, checkpoint, checkpoint_error, client_inputs,
+                          config_of, crashing_grid, final_model, is_query, make_reply,
+                          partition_reply, read_checkpoint, real_client, recording, results_rows,
+                          run_folder, run_server_app, save_checkpoint_file, server_model,
+                          server_test_set)
 
 NODES = 4
 MLP = ["fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias", "fc3.weight", "fc3.bias"]
@@ -204,3 +205,19 @@ def test_resume_restores_the_process_rng_states(tmp_path):
     assert draws["cut"] == draws["ref"]
     a, b = final_model(ref), final_model(cut)
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_checkpoints_are_format_1_and_other_formats_are_refused(tmp_path):
+    """Checkpoint files on disk say format 1; a file of another format is refused by name."""
+    ref = base(tmp_path, method="fedacg", **{"num-server-rounds": 1, "checkpoint-every": 1,
+                                            "local-iterations": 1})
+    run_server_app(ref, NODES)
+    saved = checkpoint(ref)
+    assert saved["format"] == 1 and saved["round"] == 1
+    for fmt, ok in ((1, True), (2, False), (0, False)):
+        path = save_checkpoint_file(tmp_path, {**saved, "format": fmt})
+        if ok:
+            assert read_checkpoint(path)["round"] == 1
+        else:
+            with pytest.raises(checkpoint_error(), match=f"checkpoint format {fmt}"):
+                read_checkpoint(path)

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pins_helpers import local_train
+from pins_helpers import borderline, local_train
 
 LR, ALPHA, BETA, CLIP, WD, MOM = 0.3, 1.5, 2.0, 0.05, 0.1, 0.9
 
@@ -134,3 +134,36 @@ def test_mini_batches_and_train_metrics():
     assert out["train-loss"] == pytest.approx(loss_sum / seen, rel=1e-6)
     assert out["train-acc"] == pytest.approx(correct / seen)
     assert out["local-steps"] == 3 and seen == 10 and 0 < correct < seen
+
+
+def test_training_runs_in_train_mode_and_without_a_generator_is_repeatable():
+    """A model left in eval mode (the ClientApp shares one model between evaluate and train)
+    trains in train mode (dropout on); without a generator the mini-batches are the same on
+    every call."""
+    seen_modes = []
+
+    class Spy(nn.Module):
+        def forward(self, x):
+            seen_modes.append(self.training)
+            return x
+
+    x, y = data()
+    results = []
+    for _ in range(2):
+        torch.manual_seed(0)  # same weights; the global RNG differs between the two calls below
+        net = nn.Sequential(Spy(), nn.Linear(4, 3))
+        net.eval()
+        torch.rand(7 + len(results))
+        local_train(net, x, y, lr=0.5, steps=3, batch_size=4)
+        results.append([p.detach().clone() for p in net.parameters()])
+    assert seen_modes and all(seen_modes)
+    assert all(torch.equal(a, b) for a, b in zip(*results))
+
+
+def test_a_classifier_that_is_not_last_is_refused():
+    net = nn.Sequential(nn.Linear(4, 5), nn.Linear(5, 3))
+    net.classifier_names = ("1.weight", "1.bias")
+    assert borderline(net, "classifier") == 2
+    net.classifier_names = ("0.weight", "0.bias")
+    with pytest.raises(ValueError, match="must be its last parameters"):
+        borderline(net, "classifier")
