@@ -67,7 +67,7 @@ def client_inputs(run_config: dict, partition_id: int, num_partitions: int):
     return normalize(part.train_x, spec_of(cfg)), part.train_y
 
 
-def test_set(run_config: dict):
+def server_test_set(run_config: dict):
     """The server's test set (normalized inputs, labels)."""
     from feddata import load_test_data
 
@@ -192,3 +192,122 @@ def checkpoint(run_config: dict) -> dict:
     from server_app.checkpoint import load_checkpoint
 
     return load_checkpoint(run_folder(run_config) / "checkpoint.pt")
+
+
+def num_examples_of(reply) -> int:
+    content = reply.content if isinstance(reply, Message) else reply
+    return int(content["metrics"]["num-examples"])
+
+
+def recording(inner, log: list):
+    """Wrap a FakeGrid handler: every train instruction and its reply is appended to `log` as
+    {'round', 'partition', 'phi', 'config', 'model', 'n'} (partition = node index)."""
+
+    def handler(i, msg):
+        out = inner(i, msg)
+        if is_train(msg) and out is not None:
+            log.append({"round": config_of(msg)["server-round"], "partition": i,
+                        "phi": broadcast_of(msg), "config": config_of(msg),
+                        "model": model_of(out), "n": num_examples_of(out)})
+        return out
+
+    return handler
+
+
+def crashing_grid(num_nodes: int, handler, crash_round: int):
+    """A FakeGrid that raises `Crash` when the train instructions of `crash_round` are sent
+    (the server process dies before that round's clients run)."""
+
+    class CrashingGrid(FakeGrid):
+        def send_and_receive(self, messages, *, timeout=None):
+            messages = list(messages)
+            if messages and is_train(messages[0]) and \
+                    config_of(messages[0])["server-round"] == crash_round:
+                raise Crash
+            return super().send_and_receive(messages, timeout=timeout)
+
+    return CrashingGrid(num_nodes, handler)
+
+
+class Crash(Exception):
+    """The server process dies."""
+
+
+# --- data splits -----------------------------------------------------------------------------
+
+
+def partitioner(name: str, num_partitions: int, label: str, seed: int,
+                natural_id: str | None = None, **options):
+    """The partitioner the app builds for `name` (options: dirichlet_alpha, lda_alpha,
+    lda_min_size, shards_per_client), not yet given a dataset."""
+    from feddata import build_partitioner
+
+    kw = {"dirichlet_alpha": 0.5, "lda_alpha": 0.5, "lda_min_size": 1, **options}
+    return build_partitioner(name, num_partitions, label, seed=seed, natural_id=natural_id, **kw)
+
+
+def partition_rows(run_config: dict, partition_id: int, num_partitions: int):
+    """Client `partition_id`'s raw training examples (a datasets.Dataset) for `run_config`."""
+    from feddata import load_partition
+
+    return load_partition(resolved(run_config), partition_id, num_partitions)
+
+
+def server_test_rows(run_config: dict):
+    """The server's raw test examples (a datasets.Dataset) for `run_config`."""
+    from feddata import load_test_split
+
+    return load_test_split(resolved(run_config))
+
+
+def run_strategy_result(strategy, handler, init: dict, rounds: int, num_nodes: int):
+    """Like run_strategy, but return Flower's `Result` (arrays and the metrics of every round)."""
+    grid = FakeGrid(num_nodes, handler)
+    return strategy.start(grid=grid, initial_arrays=ArrayRecord(init), num_rounds=rounds,
+                          train_config=ConfigRecord({"x": 1}))
+
+
+def node_wait_timeout_error():
+    from strategies import NodeWaitTimeout
+
+    return NodeWaitTimeout
+
+
+def error_reply(msg: Message, reason: str = "client failed") -> Message:
+    from flwr.app import Error
+
+    return Message(Error(code=0, reason=reason), reply_to=msg)
+
+
+def metrics_reply(metrics: dict) -> RecordDict:
+    return RecordDict({"metrics": MetricRecord(metrics)})
+
+
+def is_evaluate(msg: Message) -> bool:
+    return msg.metadata.message_type == "evaluate"
+
+
+def borderline(model: torch.nn.Module, where) -> int:
+    """How many leading parameter tensors are 'features' for gc-borderline = `where`."""
+    from models.centralization import borderline_index
+
+    return borderline_index(model, where)
+
+
+def save_checkpoint_file(folder: Path, payload: dict) -> Path:
+    """Write `payload` as `folder`/checkpoint.pt with torch.save (a file the app would read)."""
+    path = Path(folder) / "checkpoint.pt"
+    torch.save(payload, path)
+    return path
+
+
+def read_checkpoint(path: Path) -> dict:
+    from server_app.checkpoint import load_checkpoint
+
+    return load_checkpoint(path)
+
+
+def checkpoint_error():
+    from server_app.checkpoint import CheckpointError
+
+    return CheckpointError

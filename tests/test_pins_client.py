@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pins_helpers import local_train
+from pins_helpers import borderline, local_train
 
 LR, ALPHA, BETA, CLIP, WD, MOM = 0.3, 1.5, 2.0, 0.05, 0.1, 0.9
 
@@ -106,3 +106,64 @@ def test_local_gc_replaces_the_gradient_by_its_projection(vectors):
         assert torch.allclose(step, want, atol=1e-6, rtol=0), i
     assert not torch.allclose(steps[0], g[0], atol=1e-4)  # and P did change the gradient
     assert torch.allclose(steps[1], g[1], atol=1e-7) == (vectors == "skip")  # 1-D: centred or not
+
+
+def test_mini_batches_and_train_metrics():
+    """3 steps with batch size 4 over 6 examples: epoch 1 = a permutation cut in batches of 4
+    and 2, epoch 2 = a new permutation; the reported train loss is the example-weighted mean of
+    the batches' cross-entropy (before each step), the accuracy the share of correct
+    predictions, by hand."""
+    x, y = data()
+    net = tiny_net()
+    w = [p.detach().clone() for p in net.parameters()]
+    g = torch.Generator().manual_seed(5)
+    first, second = torch.randperm(6, generator=g), torch.randperm(6, generator=g)
+    loss_sum, correct, seen = 0.0, 0, 0
+    for idx in (first[:4], first[4:], second[:4]):
+        leaves = [t.clone().requires_grad_(True) for t in w]
+        logits = torch.relu(x[idx] @ leaves[0].T + leaves[1]) @ leaves[2].T + leaves[3]
+        ce = F.cross_entropy(logits, y[idx])
+        grads = torch.autograd.grad(ce, leaves)
+        w = [t - 0.5 * gi for t, gi in zip(w, grads)]
+        loss_sum += ce.item() * len(idx)
+        correct += int((logits.argmax(1) == y[idx]).sum())
+        seen += len(idx)
+    out = local_train(net, x, y, lr=0.5, steps=3, batch_size=4,
+                      generator=torch.Generator().manual_seed(5))
+    assert all(torch.allclose(p.detach(), e, atol=1e-6) for p, e in zip(net.parameters(), w))
+    assert out["train-loss"] == pytest.approx(loss_sum / seen, rel=1e-6)
+    assert out["train-acc"] == pytest.approx(correct / seen)
+    assert out["local-steps"] == 3 and seen == 10 and 0 < correct < seen
+
+
+def test_training_runs_in_train_mode_and_without_a_generator_is_repeatable():
+    """A model left in eval mode (the ClientApp shares one model between evaluate and train)
+    trains in train mode (dropout on); without a generator the mini-batches are the same on
+    every call."""
+    seen_modes = []
+
+    class Spy(nn.Module):
+        def forward(self, x):
+            seen_modes.append(self.training)
+            return x
+
+    x, y = data()
+    results = []
+    for _ in range(2):
+        torch.manual_seed(0)  # same weights; the global RNG differs between the two calls below
+        net = nn.Sequential(Spy(), nn.Linear(4, 3))
+        net.eval()
+        torch.rand(7 + len(results))
+        local_train(net, x, y, lr=0.5, steps=3, batch_size=4)
+        results.append([p.detach().clone() for p in net.parameters()])
+    assert seen_modes and all(seen_modes)
+    assert all(torch.equal(a, b) for a, b in zip(*results))
+
+
+def test_a_classifier_that_is_not_last_is_refused():
+    net = nn.Sequential(nn.Linear(4, 5), nn.Linear(5, 3))
+    net.classifier_names = ("1.weight", "1.bias")
+    assert borderline(net, "classifier") == 2
+    net.classifier_names = ("0.weight", "0.bias")
+    with pytest.raises(ValueError, match="must be its last parameters"):
+        borderline(net, "classifier")

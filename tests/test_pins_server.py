@@ -4,9 +4,13 @@ buffers from the first good reply, and max-update-norm measured from phi."""
 
 import pytest
 import torch
+from flwr.app import ArrayRecord, MetricRecord
 
-from pins_helpers import (broadcast_of, config_of, is_query, lookahead_strategy, make_reply,
-                          partition_reply, run_strategy, strategy_from_config, strategy_state)
+import fakegrid
+from pins_helpers import (broadcast_of, config_of, error_reply, is_evaluate, is_query, is_train,
+                          lookahead_strategy, make_reply, metrics_reply, node_wait_timeout_error,
+                          partition_reply, run_strategy, run_strategy_result,
+                          strategy_from_config, strategy_state)
 
 SIZES = [10, 30, 25, 5]  # unequal on purpose
 
@@ -113,3 +117,109 @@ def test_max_update_norm_is_measured_from_phi_not_theta():
     assert [p.item() for r, _, p in seen if r == 2] == pytest.approx([3.0, 3.0])
     assert theta["w"].item() == pytest.approx(4.0)
     assert strategy_state(strategy)["m"]["w"].item() == pytest.approx(2.0)
+
+
+def test_zero_examples_skip_an_examples_weighted_round_but_not_a_uniform_one():
+    init, models = states(0, 1)[0], states(1, 2)
+    for aggregation in ("examples", "uniform"):
+        strategy = lookahead_strategy(fraction_train=1.0, min_train_nodes=2,
+                                      aggregation=aggregation)
+        result = run_strategy_result(strategy, answering(models, [0, 0]), init, rounds=1,
+                                     num_nodes=2)
+        theta = dict(result.arrays.to_torch_state_dict())
+        if aggregation == "examples":  # no weights to take: the round is skipped, theta kept
+            assert all(torch.equal(theta[k], init[k]) for k in init)
+            assert result.train_metrics_clientapp[1]["skipped"] == 1
+        else:
+            assert all(torch.allclose(theta[k], (models[0][k] + models[1][k]) / 2, atol=1e-6)
+                       for k in init)
+            assert result.train_metrics_clientapp[1]["skipped"] == 0
+
+
+def test_result_holds_every_rounds_metrics_and_round_zero_evaluation():
+    """Flower's Strategy.start contract: the Result carries the final arrays, the aggregated
+    train metrics (example-weighted) and the server-side evaluation of every round, round 0
+    (the initial model) included."""
+    init, models = states(0, 1)[0], states(1, 2)
+    strategy = lookahead_strategy(fraction_train=1.0, min_train_nodes=2)
+    seen = []
+
+    def evaluate_fn(rnd, arrays):
+        seen.append(rnd)
+        return MetricRecord({"w-sum": float(arrays.to_torch_state_dict()["w"].sum())})
+
+    handler = answering(models, [1, 3])
+
+    def with_loss(i, msg):
+        out = handler(i, msg)
+        if is_train(msg):
+            out["metrics"]["train-loss"] = float(i + 1)
+        return out
+
+    grid = fakegrid.FakeGrid(2, with_loss)
+    result = strategy.start(grid=grid, initial_arrays=ArrayRecord(init), num_rounds=2,
+                            evaluate_fn=evaluate_fn)
+    assert seen == [0, 1, 2]
+    assert sorted(result.evaluate_metrics_serverapp) == [0, 1, 2]
+    assert result.evaluate_metrics_serverapp[0]["w-sum"] == pytest.approx(float(init["w"].sum()))
+    assert sorted(result.train_metrics_clientapp) == [1, 2]
+    assert result.train_metrics_clientapp[2]["train-loss"] == pytest.approx((1 * 1 + 2 * 3) / 4)
+    final = dict(result.arrays.to_torch_state_dict())
+    assert result.evaluate_metrics_serverapp[2]["w-sum"] == pytest.approx(float(final["w"].sum()))
+
+
+def test_federated_evaluation_drops_bad_replies_and_weights_the_rest():
+    """fraction-evaluate 1: node 0 fails, node 1 sends a negative example count; nodes 2 and 3
+    (10 and 30 examples, accuracy 0.5 and 0.9) give 0.8 weighted by examples."""
+    init, models = states(0, 1)[0], states(1, 4)
+    train = answering(models, SIZES)
+
+    def handler(i, msg):
+        if not is_evaluate(msg):
+            return train(i, msg)
+        if i == 0:
+            return error_reply(msg)
+        n, acc = {1: (-5, 0.0), 2: (10, 0.5), 3: (30, 0.9)}[i]
+        return metrics_reply({"num-examples": n, "eval-acc": acc})
+
+    strategy = lookahead_strategy(fraction_train=1.0, min_train_nodes=4, seed=1)
+    strategy.fraction_evaluate, strategy.min_evaluate_nodes = 1.0, 4
+    result = run_strategy_result(strategy, handler, init, rounds=1, num_nodes=4)
+    assert result.evaluate_metrics_clientapp[1]["eval-acc"] == pytest.approx(0.8)
+
+
+def test_too_few_nodes_fail_after_node_wait_timeout():
+    strategy = lookahead_strategy(fraction_train=1.0, min_train_nodes=5, node_wait_timeout=0.3)
+    with pytest.raises(node_wait_timeout_error(), match="only 3 node"):
+        run_strategy(strategy, answering(states(1, 3), [1, 1, 1]), states(0, 1)[0], rounds=1,
+                     num_nodes=3)
+
+
+def test_an_update_exactly_at_max_update_norm_is_kept():
+    """The limit drops updates whose norm exceeds it: ||(1, 0)|| = 1 is kept under
+    max-update-norm 1, ||(0, 1.5)|| is dropped."""
+    init = {"w": torch.zeros(2)}
+    models = [{"w": torch.tensor([1.0, 0.0])}, {"w": torch.tensor([0.0, 1.5])}]
+    strategy = lookahead_strategy(fraction_train=1.0, min_train_nodes=2, aggregation="uniform",
+                                  max_update_norm=1.0)
+    theta, _ = run_strategy(strategy, answering(models, [1, 1]), init, rounds=1, num_nodes=2)
+    assert theta["w"].tolist() == [1.0, 0.0]
+
+
+@pytest.mark.parametrize("method", ["fedyogi", "fedavg"])
+def test_reply_screening_settings_reach_every_strategy(method):
+    """max-update-norm and min-train-clients from the run config, for our strategy and for
+    Flower's baselines: with a limit of 1, node 1's update (norm 5) is dropped; with
+    min-train-clients 2 the round is then skipped."""
+    init = {"w": torch.zeros(2), "b": torch.zeros(3)}
+    models = [{"w": torch.full((2,), 0.1), "b": torch.full((3,), 0.1)},
+              {"w": torch.tensor([3.0, 4.0]), "b": torch.zeros(3)}]
+    for min_clients, skipped in ((1, 0), (2, 1)):
+        strategy = strategy_from_config(
+            {"method": method, "fraction-train": 1.0, "min-train-nodes": 2,
+             "max-update-norm": 1.0, "min-train-clients": min_clients},
+            model=torch.nn.Linear(2, 3, bias=False))
+        result = run_strategy_result(strategy, answering(models, [1, 1]), init, rounds=1,
+                                     num_nodes=2)
+        metrics = result.train_metrics_clientapp[1]
+        assert (metrics["dropped"], metrics["skipped"]) == (1, skipped), metrics
