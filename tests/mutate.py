@@ -44,8 +44,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-DEFAULT_TARGETS = ["strategies", "client_app/local_update.py", "models/centralization.py",
-                   "server_app/checkpoint.py"]
+DEFAULT_TARGETS = ["strategies", "methods", "client_app/local_update.py",
+                   "models/centralization.py", "server_app/checkpoint.py"]
 
 # Which tests cover which code: the longest matching path prefix wins. Fast unit tests first
 # (with -x a killed mutant stops at its first failing test), whole in-process runs last.
@@ -62,6 +62,9 @@ TESTS: dict[str, list[str]] = {
                     "tests/test_app.py::test_same_seed_samples_the_same_partitions_whatever_the_node_ids",
                     "tests/test_results.py::test_dynamic_clients_train_on_replaced_partitions",
                     "tests/test_results.py::test_without_dynamic_clients_nodes_keep_their_partition"],
+    "methods/": ["tests/test_pins_server.py", "tests/test_pins_client.py", "tests/test_strategy.py",
+                 "tests/test_client.py", "tests/test_config.py", "tests/test_extending.py",
+                 _PINS_APP],
     "client_app/": ["tests/test_pins_client.py", "tests/test_client.py", _PINS_APP],
     "models/centralization.py": ["tests/test_gc.py", "tests/test_pins_client.py",
                                  "tests/test_pins_server.py", "tests/test_client.py", _PINS_APP],
