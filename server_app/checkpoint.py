@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from run_config import KEYS, ConfigError
+from run_config import KEYS, PRESETS, ConfigError
 
 CHECKPOINT_NAME = "checkpoint.pt"
 CHECKPOINT_FORMAT = 1
@@ -112,10 +112,13 @@ def check_resumable(saved: dict[str, Any], cfg: dict[str, Any], done_round: int)
     Keys marked `resume_may_differ` in the schema (rounds, timeouts, output, device) may change;
     every other key changes the maths or the sampling and must be equal.
     """
+    preset = PRESETS[saved["method"]] if saved.get("method") in PRESETS else {}
+    # a key newer than the checkpoint counts as its value under the checkpoint's method, or its
+    # default (e.g. `server-rule`, added with the methods registry)
+    was = {k.name: saved.get(k.name, preset.get(k.name, k.default)) for k in KEYS}
     conflicts = [
-        f"'{k.name}' = {cfg[k.name]!r} (checkpoint: {saved.get(k.name, k.default)!r})"
-        for k in KEYS  # a key newer than the checkpoint counts as its default
-        if not k.resume_may_differ and saved.get(k.name, k.default) != cfg[k.name]
+        f"'{k.name}' = {cfg[k.name]!r} (checkpoint: {was[k.name]!r})"
+        for k in KEYS if not k.resume_may_differ and was[k.name] != cfg[k.name]
     ]
     if conflicts:
         raise ConfigError(

@@ -177,3 +177,15 @@ def test_a_crash_while_writing_keeps_the_previous_checkpoint(tmp_path, monkeypat
     ckpt = load_checkpoint(tmp_path / "checkpoint.pt")
     assert ckpt["round"] == 3 and torch.equal(ckpt["strategy"]["theta"]["w"], torch.ones(2))
     assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.pt"]  # no temporary file left
+
+
+def test_a_checkpoint_from_before_the_methods_registry_resumes():
+    """Its config lacks 'server-rule' and 'client-objective': they count as its method's."""
+    from server_app.checkpoint import check_resumable
+
+    cfg = resolve({"method": "fedacg", "num-server-rounds": 5})
+    older = {k: v for k, v in cfg.items() if k not in ("server-rule", "client-objective")}
+    check_resumable(older, cfg, 3)
+    with pytest.raises(ConfigError, match="'client-objective' = 'none' \\(checkpoint: 'proximal'\\)"):
+        check_resumable(older, resolve({"method": "fedacg", "num-server-rounds": 5,
+                                        "client-objective": "none"}), 3)
