@@ -169,23 +169,36 @@ def test_result_holds_every_rounds_metrics_and_round_zero_evaluation():
 
 
 def test_federated_evaluation_drops_bad_replies_and_weights_the_rest():
-    """fraction-evaluate 1: node 0 fails, node 1 sends a negative example count; nodes 2 and 3
-    (10 and 30 examples, accuracy 0.5 and 0.9) give 0.8 weighted by examples."""
-    init, models = states(0, 1)[0], states(1, 4)
-    train = answering(models, SIZES)
+    """fraction-evaluate 1: node 0 fails, node 1 sends a negative example count, node 4 a NaN
+    one; nodes 2 and 3 (10 and 30 examples, accuracy 0.5 and 0.9) give 0.8 weighted by
+    examples. Every evaluate instruction carries the evaluate config and the round."""
+    init, models = states(0, 1)[0], states(1, 5)
+    train = answering(models, SIZES + [7])
+    configs = []
 
     def handler(i, msg):
         if not is_evaluate(msg):
             return train(i, msg)
+        configs.append(config_of(msg))
         if i == 0:
             return error_reply(msg)
-        n, acc = {1: (-5, 0.0), 2: (10, 0.5), 3: (30, 0.9)}[i]
+        n, acc = {1: (-5, 0.0), 2: (10, 0.5), 3: (30, 0.9), 4: (float("nan"), 0.0)}[i]
         return metrics_reply({"num-examples": n, "eval-acc": acc})
 
-    strategy = lookahead_strategy(fraction_train=1.0, min_train_nodes=4, seed=1)
-    strategy.fraction_evaluate, strategy.min_evaluate_nodes = 1.0, 4
-    result = run_strategy_result(strategy, handler, init, rounds=1, num_nodes=4)
+    strategy = lookahead_strategy(fraction_train=1.0, min_train_nodes=5, seed=1)
+    strategy.fraction_evaluate, strategy.min_evaluate_nodes = 1.0, 5
+    result = run_strategy_result(strategy, handler, init, rounds=2, num_nodes=5,
+                                 evaluate_config={"k": 7})
     assert result.evaluate_metrics_clientapp[1]["eval-acc"] == pytest.approx(0.8)
+    assert sorted((c["server-round"], c["k"]) for c in configs) == [(1, 7)] * 5 + [(2, 7)] * 5
+
+
+def test_nodes_are_asked_for_their_partition_once():
+    strategy = strategy_from_config({"method": "fedavg", "fraction-train": 0.5,
+                                     "min-train-nodes": 2})
+    result_grid = fakegrid.FakeGrid(6, answering(states(1, 6), [1] * 6))
+    run_strategy_result(strategy, None, states(0, 1)[0], rounds=3, num_nodes=6, grid=result_grid)
+    assert [sorted(q) for q in result_grid.queries] == [sorted(result_grid.node_ids)]
 
 
 def test_too_few_nodes_fail_after_node_wait_timeout():
