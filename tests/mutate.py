@@ -56,7 +56,10 @@ TESTS: dict[str, list[str]] = {
     "strategies/reply_screen.py": ["tests/test_pins_server.py", "tests/test_bad_replies.py"],
     "strategies/factory.py": [
         "tests/test_pins_server.py", _PINS_APP, "tests/test_bad_replies.py",
-        "tests/test_app.py::test_flower_baseline_and_federated_evaluation"],
+        "tests/test_app.py::test_flower_baseline_and_federated_evaluation",
+        "tests/test_app.py::test_same_seed_samples_the_same_partitions_whatever_the_node_ids",
+        "tests/test_results.py::test_dynamic_clients_train_on_replaced_partitions",
+        "tests/test_results.py::test_without_dynamic_clients_nodes_keep_their_partition"],
     "strategies/": ["tests/test_pins_server.py", "tests/test_strategy.py",
                     "tests/test_bad_replies.py", _PINS_APP, "tests/test_checkpoint.py",
                     "tests/test_app.py::test_same_seed_samples_the_same_partitions_whatever_the_node_ids",

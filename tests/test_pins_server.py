@@ -2,6 +2,8 @@
 a hand computation: uniform weights with unequal sizes, global GC with gc-vectors, non-float
 buffers from the first good reply, and max-update-norm measured from phi."""
 
+import time
+
 import pytest
 import torch
 from flwr.app import ArrayRecord, MetricRecord
@@ -235,4 +237,18 @@ def test_reply_screening_settings_reach_every_strategy(method):
         result = run_strategy_result(strategy, answering(models, [1, 1]), init, rounds=1,
                                      num_nodes=2)
         metrics = result.train_metrics_clientapp[1]
-        assert (metrics["dropped"], metrics["skipped"]) == (1, skipped), metrics
+        assert (metrics["dropped"], metrics["dropped-norm"], metrics["skipped"]) == \
+            (1, 1, skipped), metrics
+
+
+@pytest.mark.parametrize("method", ["fedyogi", "fedavg"])
+def test_every_strategy_gives_up_waiting_for_nodes_after_node_wait_timeout(method):
+    """Flower's own sampling waits for nodes forever; ours, for Flower's baselines too, fails
+    after node-wait-timeout (here 0.5 s, not the default 120 s) naming the numbers."""
+    strategy = strategy_from_config({"method": method, "min-train-nodes": 5,
+                                     "node-wait-timeout": 0.5})
+    t0 = time.monotonic()
+    with pytest.raises(node_wait_timeout_error(), match="only 3 node"):
+        run_strategy(strategy, answering(states(1, 3), [1, 1, 1]), states(0, 1)[0], rounds=1,
+                     num_nodes=3)
+    assert time.monotonic() - t0 < 30
