@@ -437,6 +437,8 @@ def main(argv: list[str] | None = None) -> int:
     sys.dont_write_bytecode = True
     os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    # the mapped tests use no third-party pytest plugin: skip loading them in every child
+    os.environ.setdefault("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
     for name in PRELOAD:
         try:
             __import__(name)
