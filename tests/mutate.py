@@ -11,7 +11,9 @@ x -> 2x), True <-> False, a compared string changed, a `not` or unary minus drop
 test negated, a statement dropped (a call, an augmented or item/attribute assignment), a returned
 value replaced by None - and runs the fast tests that cover that file (TESTS below, or --tests)
 with `-x`. A mutant is *killed* when a test fails, *survives* when every test passes, and
-*timeout* when the tests run past --timeout seconds (counted as killed: the bug hangs the run).
+*timeout* when the tests use more than --timeout CPU seconds (counted as killed: the bug hangs
+the run; CPU time, not wall time, so that a loaded machine does not turn slow survivors into
+timeouts).
 Mutants are found on the syntax tree (`ast`), so the script follows the code wherever it moves:
 only the file list and TESTS name paths. Lines marked `# pragma: no mutate` and logging, warnings,
 exception messages, docstrings, annotations and parameter defaults are not mutated.
@@ -33,6 +35,7 @@ import ast
 import copy
 import os
 import random
+import re
 import shutil
 import signal
 import sys
@@ -56,7 +59,10 @@ TESTS: dict[str, list[str]] = {
     "strategies/reply_screen.py": ["tests/test_pins_server.py", "tests/test_bad_replies.py"],
     "strategies/factory.py": [
         "tests/test_pins_server.py", _PINS_APP, "tests/test_bad_replies.py",
-        "tests/test_app.py::test_flower_baseline_and_federated_evaluation"],
+        "tests/test_app.py::test_flower_baseline_and_federated_evaluation",
+        "tests/test_app.py::test_same_seed_samples_the_same_partitions_whatever_the_node_ids",
+        "tests/test_results.py::test_dynamic_clients_train_on_replaced_partitions",
+        "tests/test_results.py::test_without_dynamic_clients_nodes_keep_their_partition"],
     "strategies/": ["tests/test_pins_server.py", "tests/test_strategy.py",
                     "tests/test_bad_replies.py", _PINS_APP, "tests/test_checkpoint.py",
                     "tests/test_app.py::test_same_seed_samples_the_same_partitions_whatever_the_node_ids",
@@ -326,13 +332,17 @@ def _apply(tree, node, change) -> bool:
     return True
 
 
+_PROGRESS = re.compile(r"^\[\d+/\d+\] (SURVIVED|TIMEOUT)\s+[\d.]+s (\S+?):(\d+): (.*)$")
+
+
 def survivors_in(output: str) -> set[tuple[str, int, str]]:
-    """(path, line, description) of every survivor listed in a run's output."""
-    found, lines = set(), output.splitlines()
-    for here, after in zip(lines, lines[1:]):
-        if here.startswith("  ") and after.strip().startswith("mutation: "):
-            path, line = here.strip().split(":")[:2]
-            found.add((path, int(line), after.strip()[len("mutation: "):]))
+    """(path, line, description) of every survivor and every timeout of a run's output (a
+    timeout on a loaded machine may be a slow survivor: run it again with a longer --timeout)."""
+    found = set()
+    for line in output.splitlines():
+        hit = _PROGRESS.match(line)
+        if hit:
+            found.add((hit.group(2), int(hit.group(3)), hit.group(4)))
     return found
 
 
@@ -395,6 +405,16 @@ def start_child(tree: Path, mutant: Mutant, tests: list[str], log_path: Path) ->
         os._exit(int(code))
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system, its waited-for children included) of a running process: on a
+    loaded machine wall time says little about a hang."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:  # not Linux, or already gone
+        return 0.0
+    return sum(int(v) for v in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -402,15 +422,16 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"files or folders to mutate (default: {' '.join(DEFAULT_TARGETS)})")
     ap.add_argument("--tests", nargs="+", help="pytest arguments to run for every mutant "
                     "(default: the TESTS map by file)")
-    ap.add_argument("--timeout", type=float, default=300.0, help="seconds per mutant (300)")
+    ap.add_argument("--timeout", type=float, default=300.0, help="CPU seconds per mutant (300; "
+                    "where /proc is missing, and in any case after 10x this, wall seconds)")
     ap.add_argument("--sample", type=int, default=0, help="run a random sample of this many "
                     "mutants (0 = all)")
     ap.add_argument("--seed", type=int, default=0, help="seed of --sample (0)")
     ap.add_argument("--jobs", type=int, default=1, help="mutants run at the same time (1)")
     ap.add_argument("--list", action="store_true", help="only list the mutants")
     ap.add_argument("--min-score", type=float, default=0.0, help="exit 1 below this share")
-    ap.add_argument("--rerun", metavar="OUTPUT", help="run only the survivors listed in the "
-                    "saved output of an earlier run (after adding tests)")
+    ap.add_argument("--rerun", metavar="OUTPUT", help="run only the survivors and timeouts of "
+                    "the saved output of an earlier run (after adding tests)")
     args = ap.parse_args(argv)
 
     mutants: list[Mutant] = []
@@ -420,8 +441,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.rerun:
         wanted = survivors_in(Path(args.rerun).read_text())
         mutants = [m for m in mutants if (m.path, m.line, m.description) in wanted]
-        print(f"re-running {len(mutants)} of the {len(wanted)} survivors of {args.rerun} "
-              "(the others are no longer found where they were: the code moved)")
+        print(f"re-running {len(mutants)} of the {len(wanted)} survivors and timeouts of "
+              f"{args.rerun} (any others are no longer found where they were: the code moved)")
     total_found = len(mutants)
     if args.sample and args.sample < len(mutants):
         mutants = sorted(random.Random(args.seed).sample(mutants, args.sample),
@@ -437,6 +458,8 @@ def main(argv: list[str] | None = None) -> int:
     sys.dont_write_bytecode = True
     os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    # the mapped tests use no third-party pytest plugin: skip loading them in every child
+    os.environ.setdefault("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
     for name in PRELOAD:
         try:
             __import__(name)
@@ -477,7 +500,9 @@ def main(argv: list[str] | None = None) -> int:
             for pid, (job, m, tree, t0, i) in list(running.items()):
                 done, status = os.waitpid(pid, os.WNOHANG)
                 elapsed = time.monotonic() - t0
-                if done == 0 and elapsed < args.timeout:
+                used = cpu_seconds(pid) if done == 0 else 0.0
+                wall_limit = 10 * args.timeout if used else args.timeout
+                if done == 0 and used < args.timeout and elapsed < wall_limit:
                     continue
                 if done == 0:
                     os.killpg(pid, signal.SIGKILL)

@@ -260,11 +260,14 @@ def server_test_rows(run_config: dict):
     return load_test_split(resolved(run_config))
 
 
-def run_strategy_result(strategy, handler, init: dict, rounds: int, num_nodes: int):
+def run_strategy_result(strategy, handler, init: dict, rounds: int, num_nodes: int,
+                        evaluate_config: dict | None = None, grid=None):
     """Like run_strategy, but return Flower's `Result` (arrays and the metrics of every round)."""
-    grid = FakeGrid(num_nodes, handler)
+    grid = grid or FakeGrid(num_nodes, handler)
     return strategy.start(grid=grid, initial_arrays=ArrayRecord(init), num_rounds=rounds,
-                          train_config=ConfigRecord({"x": 1}))
+                          train_config=ConfigRecord({"x": 1}),
+                          evaluate_config=None if evaluate_config is None
+                          else ConfigRecord(evaluate_config))
 
 
 def node_wait_timeout_error():

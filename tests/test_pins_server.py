@@ -2,6 +2,8 @@
 a hand computation: uniform weights with unequal sizes, global GC with gc-vectors, non-float
 buffers from the first good reply, and max-update-norm measured from phi."""
 
+import time
+
 import pytest
 import torch
 from flwr.app import ArrayRecord, MetricRecord
@@ -169,23 +171,36 @@ def test_result_holds_every_rounds_metrics_and_round_zero_evaluation():
 
 
 def test_federated_evaluation_drops_bad_replies_and_weights_the_rest():
-    """fraction-evaluate 1: node 0 fails, node 1 sends a negative example count; nodes 2 and 3
-    (10 and 30 examples, accuracy 0.5 and 0.9) give 0.8 weighted by examples."""
-    init, models = states(0, 1)[0], states(1, 4)
-    train = answering(models, SIZES)
+    """fraction-evaluate 1: node 0 fails, node 1 sends a negative example count, node 4 a NaN
+    one; nodes 2 and 3 (10 and 30 examples, accuracy 0.5 and 0.9) give 0.8 weighted by
+    examples. Every evaluate instruction carries the evaluate config and the round."""
+    init, models = states(0, 1)[0], states(1, 5)
+    train = answering(models, SIZES + [7])
+    configs = []
 
     def handler(i, msg):
         if not is_evaluate(msg):
             return train(i, msg)
+        configs.append(config_of(msg))
         if i == 0:
             return error_reply(msg)
-        n, acc = {1: (-5, 0.0), 2: (10, 0.5), 3: (30, 0.9)}[i]
+        n, acc = {1: (-5, 0.0), 2: (10, 0.5), 3: (30, 0.9), 4: (float("nan"), 0.0)}[i]
         return metrics_reply({"num-examples": n, "eval-acc": acc})
 
-    strategy = lookahead_strategy(fraction_train=1.0, min_train_nodes=4, seed=1)
-    strategy.fraction_evaluate, strategy.min_evaluate_nodes = 1.0, 4
-    result = run_strategy_result(strategy, handler, init, rounds=1, num_nodes=4)
+    strategy = lookahead_strategy(fraction_train=1.0, min_train_nodes=5, seed=1)
+    strategy.fraction_evaluate, strategy.min_evaluate_nodes = 1.0, 5
+    result = run_strategy_result(strategy, handler, init, rounds=2, num_nodes=5,
+                                 evaluate_config={"k": 7})
     assert result.evaluate_metrics_clientapp[1]["eval-acc"] == pytest.approx(0.8)
+    assert sorted((c["server-round"], c["k"]) for c in configs) == [(1, 7)] * 5 + [(2, 7)] * 5
+
+
+def test_nodes_are_asked_for_their_partition_once():
+    strategy = strategy_from_config({"method": "fedavg", "fraction-train": 0.5,
+                                     "min-train-nodes": 2})
+    result_grid = fakegrid.FakeGrid(6, answering(states(1, 6), [1] * 6))
+    run_strategy_result(strategy, None, states(0, 1)[0], rounds=3, num_nodes=6, grid=result_grid)
+    assert [sorted(q) for q in result_grid.queries] == [sorted(result_grid.node_ids)]
 
 
 def test_too_few_nodes_fail_after_node_wait_timeout():
@@ -222,4 +237,18 @@ def test_reply_screening_settings_reach_every_strategy(method):
         result = run_strategy_result(strategy, answering(models, [1, 1]), init, rounds=1,
                                      num_nodes=2)
         metrics = result.train_metrics_clientapp[1]
-        assert (metrics["dropped"], metrics["skipped"]) == (1, skipped), metrics
+        assert (metrics["dropped"], metrics["dropped-norm"], metrics["skipped"]) == \
+            (1, 1, skipped), metrics
+
+
+@pytest.mark.parametrize("method", ["fedyogi", "fedavg"])
+def test_every_strategy_gives_up_waiting_for_nodes_after_node_wait_timeout(method):
+    """Flower's own sampling waits for nodes forever; ours, for Flower's baselines too, fails
+    after node-wait-timeout (here 0.5 s, not the default 120 s) naming the numbers."""
+    strategy = strategy_from_config({"method": method, "min-train-nodes": 5,
+                                     "node-wait-timeout": 0.5})
+    t0 = time.monotonic()
+    with pytest.raises(node_wait_timeout_error(), match="only 3 node"):
+        run_strategy(strategy, answering(states(1, 3), [1, 1, 1]), states(0, 1)[0], rounds=1,
+                     num_nodes=3)
+    assert time.monotonic() - t0 < 30
