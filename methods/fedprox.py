@@ -6,15 +6,20 @@ The term is added as its gradient, beta * (w - phi), after backward and before c
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
 
 from . import momentum  # noqa: F401  (registers the server rule)
 from .parts import ClientPart, Method
 from .registry import register
 
+if TYPE_CHECKING:
+    import torch
+
 
 def add_proximal_grad_(params: list[torch.Tensor], phi: list[torch.Tensor], beta: float) -> None:
     """grad += beta * (w - phi): the gradient of beta/2 * ||w - phi||^2."""
+    import torch  # (here: the run config reads the registry without torch)
+
     grads = [p.grad for p in params]
     torch._foreach_add_(grads, torch._foreach_sub([p.detach() for p in params], phi), alpha=beta)
 

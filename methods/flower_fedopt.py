@@ -7,12 +7,8 @@ refused for them (`supports` is empty).
 
 from __future__ import annotations
 
+import importlib
 from typing import ClassVar
-
-from flwr.serverapp.exception import AggregationError, InconsistentMessageReplies
-from flwr.serverapp.strategy import FedAdagrad, FedAdam, FedYogi
-
-from strategies.server_update import State
 
 from .parts import ServerRule
 from .registry import register
@@ -21,18 +17,20 @@ from .registry import register
 class FlowerFedOpt(ServerRule):
     """One of Flower's FedOpt strategies, used for its server update only."""
 
-    flower_class: ClassVar[type] = FedAdam
+    flower_class: ClassVar[str] = "FedAdam"  # in flwr.serverapp.strategy (imported when built)
     keys = ("eta", "fedopt-tau")
     sampling = "flower"
     summary = "Flower's own FedOpt strategy: no look-ahead, global GC, uniform weights, resume"
 
     def __init__(self, cfg, model) -> None:
         super().__init__(cfg, model)
-        self.flower = self.flower_class(eta=cfg["eta"], tau=cfg["fedopt-tau"])
+        flower_class = getattr(importlib.import_module("flwr.serverapp.strategy"),
+                               self.flower_class)
+        self.flower = flower_class(eta=cfg["eta"], tau=cfg["fedopt-tau"])
         self._theta_record = None
 
     def describe(self) -> str:
-        return f"{self.name}: Flower's {self.flower_class.__name__} (eta={self.flower.eta}, " \
+        return f"{self.name}: Flower's {self.flower_class} (eta={self.flower.eta}, " \
                f"tau={self.flower.tau})"
 
     def start(self, theta_record) -> None:
@@ -46,7 +44,9 @@ class FlowerFedOpt(ServerRule):
         self.flower.current_arrays = {k: a.numpy() for k, a in self._theta_record.items()}
         return self._theta_record, dict(self._theta_record.to_torch_state_dict())
 
-    def aggregate(self, server_round: int, good: list, phi: State, up: list):
+    def aggregate(self, server_round: int, good: list, phi: dict, up: list):
+        from flwr.serverapp.exception import AggregationError, InconsistentMessageReplies
+
         try:
             arrays, _ = self.flower.aggregate_train(server_round, [msg for msg, _, _ in good])
         except (InconsistentMessageReplies, AggregationError, ArithmeticError, ValueError) as err:
@@ -63,17 +63,17 @@ class FlowerFedOpt(ServerRule):
 
 class FlowerFedAdam(FlowerFedOpt):
     """Flower's FedAdam."""
-    name, flower_class = "fedadam", FedAdam
+    name, flower_class = "fedadam", "FedAdam"
 
 
 class FlowerFedYogi(FlowerFedOpt):
     """Flower's FedYogi."""
-    name, flower_class = "fedyogi", FedYogi
+    name, flower_class = "fedyogi", "FedYogi"
 
 
 class FlowerFedAdagrad(FlowerFedOpt):
     """Flower's FedAdagrad."""
-    name, flower_class = "fedadagrad", FedAdagrad
+    name, flower_class = "fedadagrad", "FedAdagrad"
 
 
 register(FlowerFedAdam, FlowerFedYogi, FlowerFedAdagrad)

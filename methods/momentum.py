@@ -15,12 +15,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import torch
-from flwr.app import ArrayRecord
-
-from strategies.server_update import (State, aggregate_update, client_weights, global_gc_,
-                                      lookahead, server_step_)
-
 from .parts import ServerRule
 from .registry import register
 
@@ -59,33 +53,44 @@ class MomentumRule(ServerRule):
         self.aggregation = aggregation
         self.global_gc_layers = list(global_gc_layers)
         self.gc_vectors = gc_vectors
-        self.theta: State | None = None  # global model
-        self.m: State | None = None  # server momentum
-        self.phi: State | None = None  # last broadcast point
-        self._theta_record: ArrayRecord | None = None
+        self.theta = None  # global model, name -> tensor
+        self.m = None  # server momentum
+        self.phi = None  # last broadcast point
+        self._theta_record = None  # theta as the ArrayRecord last returned
 
     def describe(self) -> str:
         return (f"momentum: lookahead={self.lookahead} lam={self.lam} eta={self.eta} "
                 f"aggregation={self.aggregation} "
                 f"global-GC on {len(self.global_gc_layers)} tensors")
 
-    def start(self, theta_record: ArrayRecord) -> None:
+    def start(self, theta_record) -> None:
+        import torch  # (here, not at import: the run config reads the registry without torch)
+
         self.theta = dict(theta_record.to_torch_state_dict())
         self.m = {k: torch.zeros_like(v) for k, v in self.theta.items() if v.is_floating_point()}
         self.phi = None
         self._theta_record = theta_record
 
-    def theta_record(self) -> ArrayRecord:
+    def theta_record(self):
         return self._theta_record
 
-    def broadcast(self, server_round: int) -> tuple[ArrayRecord, State]:
+    def broadcast(self, server_round: int):
+        from flwr.app import ArrayRecord
+
+        from strategies.server_update import lookahead
+
         if self.lookahead and self.lam > 0:
             self.phi = lookahead(self.theta, self.m, self.lam)
             return ArrayRecord(self.phi), self.phi
         self.phi = self.theta
         return self._theta_record, self.phi
 
-    def aggregate(self, server_round: int, good: list, phi: State, up: list):
+    def aggregate(self, server_round: int, good: list, phi: dict, up: list):
+        from flwr.app import ArrayRecord
+
+        from strategies.server_update import (aggregate_update, client_weights, global_gc_,
+                                              server_step_)
+
         n = [weight for _, _, weight in good]
         if self.aggregation == "examples" and sum(n) <= 0:
             return None, "the good replies report no training examples"
@@ -105,6 +110,8 @@ class MomentumRule(ServerRule):
                 "phi": copy(self.phi if self.phi is not None else self.theta)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        from flwr.app import ArrayRecord
+
         missing = [k for k in ("theta", "m", "phi") if k not in state]
         if missing:
             raise ValueError(f"the checkpoint lacks the momentum rule's state {missing}")
