@@ -467,11 +467,16 @@ def main(argv: list[str] | None = None) -> int:
             pass
     mutated = {m.path[:-3].replace("/", ".") for m in mutants}
     sys.path.insert(0, str(ROOT))
+    # Never preload a package that holds a mutated module: its submodules would then be found on
+    # the preloaded package's path (the worktree), not in the child's mutated copy.
+    mutated_packages = {name.split(".")[0] for name in mutated}
     for name in PRELOAD_APP:
-        __import__(name)
-    early = mutated & set(sys.modules)
+        if name.split(".")[0] not in mutated_packages:
+            __import__(name)
+    early = {name for name in sys.modules if name.split(".")[0] in mutated_packages}
     if early:
-        sys.exit(f"mutate: {sorted(early)} imported before forking; trim PRELOAD_APP")
+        sys.exit(f"mutate: {sorted(early)} (packages holding mutated modules) imported before "
+                 "forking; trim PRELOAD_APP")
     import torch
 
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))

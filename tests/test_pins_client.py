@@ -167,3 +167,17 @@ def test_a_classifier_that_is_not_last_is_refused():
     net.classifier_names = ("0.weight", "0.bias")
     with pytest.raises(ValueError, match="must be its last parameters"):
         borderline(net, "classifier")
+
+
+def test_train_metrics_of_a_single_example():
+    """One correctly classified example, one step: the loss is its cross-entropy and the
+    accuracy 1."""
+    x, y = data()
+    net = tiny_net()
+    with torch.no_grad():
+        logits = net(x)
+    i = int((logits.argmax(1) == y).nonzero()[0])  # an example the initial net gets right
+    out = local_train(net, x[i:i + 1], y[i:i + 1], lr=0.1, steps=1, batch_size=1)
+    assert out["train-acc"] == 1.0
+    assert out["train-loss"] == pytest.approx(
+        F.cross_entropy(logits[i:i + 1], y[i:i + 1]).item(), rel=1e-6)
