@@ -15,8 +15,11 @@ README.md, with the command, the time it took and the machine it ran on):
 
 * `round-line`: the README's main command (`flwr run . --federation-config "num-supernodes=20"
   --stream`, here on a SuperLink of its own, see `reporting.superlink`): its last round line.
-* `sweep-digits`: `python -m reporting.sweep sweeps/digits.yaml` into a fresh folder: its table,
-  and its plot copied to `docs/sweep-digits-ema.png`.
+* `sweep-digits`: `python -m reporting.sweep sweeps/digits.yaml`, into `runs/examples/sweep`
+  (a stopped sweep goes on where it was; `--fresh` starts over): its table, and its plot copied
+  to `docs/sweep-digits-ema.png`.
+
+On a shared machine, `--lock FILE` holds FILE (flock) only while a run goes on.
 
 Run the measured ones on a quiet machine if you can; the text says which machine it was.
 """
@@ -24,6 +27,8 @@ Run the measured ones on a quiet machine if you can; the text says which machine
 from __future__ import annotations
 
 import argparse
+import fcntl
+import json
 import os
 import platform
 import re
@@ -101,26 +106,39 @@ def round_line(note: str) -> str:
             f"test accuracy {acc}, on {machine()}{note}.")
 
 
-def sweep_table(note: str) -> str:
-    """Run `sweeps/digits.yaml` into a fresh folder; copy its plot; return the README block."""
-    from reporting.sweep import load_sweep, run_sweep, write_report
+def sweep_table(note: str, lock: Path | None = None, fresh: bool = False) -> str:
+    """Run `sweeps/digits.yaml` into runs/examples/ (finished cells are kept, so a stopped run
+    goes on where it was; `fresh` starts over); copy its plot; return the README block.
+    `lock`: hold this file (flock) only while a cell runs, so that other heavy jobs on a shared
+    machine can run between cells."""
+    import dataclasses
 
-    out = Path(tempfile.mkdtemp(prefix="fedacg-example-sweep-"))
-    try:
-        sweep = load_sweep(ROOT / "sweeps" / "digits.yaml", out_dir=out)
-        t = time.monotonic()
-        run_sweep(sweep)
-        minutes = (time.monotonic() - t) / 60
-        if sweep.failed:
-            raise SystemExit(f"{len(sweep.failed)} sweep cell(s) failed; see {sweep.dir}")
-        table = write_report(sweep)
-        shutil.copy(sweep.dir / "ema.png", ROOT / "docs" / "sweep-digits-ema.png")
-    finally:
+    from reporting.sweep import is_done, load_sweep, run_sweep, write_report
+
+    out = MEASURED / "sweep"
+    if fresh:
         shutil.rmtree(out, ignore_errors=True)
+    sweep = load_sweep(ROOT / "sweeps" / "digits.yaml", out_dir=out)
+    seconds = 0.0
+    for cell in sweep.cells:
+        if is_done(cell):
+            seconds += json.loads((cell.run_dir / "results.json").read_text())[
+                "summary"].get("wall-seconds", 0.0)
+            continue
+        with open(lock, "a") if lock else open(os.devnull) as held:
+            if lock:
+                fcntl.flock(held, fcntl.LOCK_EX)
+            t = time.monotonic()
+            run_sweep(dataclasses.replace(sweep, cells=[cell]))
+            seconds += time.monotonic() - t
+    if sweep.failed:
+        raise SystemExit(f"{len(sweep.failed)} sweep cell(s) failed; see {sweep.dir}")
+    table = write_report(sweep)
+    shutil.copy(sweep.dir / "ema.png", ROOT / "docs" / "sweep-digits-ema.png")
     return (f"{table.rstrip()}\n\n"
             f"![EMA test accuracy of five methods on digits](docs/sweep-digits-ema.png)\n\n"
-            f"Measured with `python -m reporting.examples --sweep`: {minutes:.0f} minutes on "
-            f"{machine()}{note}.")
+            f"Measured with `python -m reporting.examples --sweep` (the command above, one cell "
+            f"at a time): {seconds / 60:.0f} minutes of runs in all, on {machine()}{note}.")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -131,6 +149,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--all", action="store_true", help="both runs and the generated files")
     parser.add_argument("--check", action="store_true",
                         help="only check that the generated files are up to date")
+    parser.add_argument("--fresh", action="store_true", help="rerun every sweep cell")
+    parser.add_argument("--lock", type=Path,
+                        help="hold this file (flock) only while a run goes on (shared machines)")
     parser.add_argument("--note", default="",
                         help="appended to the machine description, e.g. '; shared with other jobs'")
     args = parser.parse_args(argv)
@@ -140,10 +161,15 @@ def main(argv: list[str] | None = None) -> int:
     MEASURED.mkdir(parents=True, exist_ok=True)
     if not args.check:
         if args.round_line or args.all:
-            (MEASURED / "round-line.md").write_text(round_line(args.note))
+            with open(args.lock, "a") if args.lock else open(os.devnull) as held:
+                if args.lock:
+                    fcntl.flock(held, fcntl.LOCK_EX)
+                block = round_line(args.note)
+            (MEASURED / "round-line.md").write_text(block)
             print("measured the round line")
         if args.sweep or args.all:
-            (MEASURED / "sweep-digits.md").write_text(sweep_table(args.note))
+            (MEASURED / "sweep-digits.md").write_text(
+                sweep_table(args.note, args.lock, args.fresh))
             print("measured the example sweep")
 
     from run_config.__main__ import methods

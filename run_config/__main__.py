@@ -41,9 +41,12 @@ def default_text(k: Key) -> str:
 
 
 def allowed_text(k: Key) -> str:
-    """The allowed values as code spans joined by "or" (the schema's own wording)."""
-    return " or ".join(f"`{part}`" if part.startswith("'") or part in ("true", "false") else part
-                       for part in k.allowed().split(" | "))
+    """The allowed values: a range (or "any string") first, then the literal values as code
+    spans, comma-separated."""
+    parts = k.allowed().split(" | ")
+    literal = [f"`{p}`" for p in parts if p.startswith("'") or p in ("true", "false")]
+    other = [p for p in parts if not (p.startswith("'") or p in ("true", "false"))]
+    return " or ".join(other + ([", ".join(literal)] if literal else []))
 
 
 CONFIGURATION_INTRO = """# Configuration

@@ -1,7 +1,7 @@
 """Every run-config key, defined once: type, default, allowed values and help text.
 
 The same table drives validation (`run_config.resolve`), the `[tool.flwr.app.config]` section of
-pyproject.toml (a test keeps them equal) and the README's key table
+pyproject.toml (a test keeps them equal) and docs/configuration.md
 (`python -m run_config --markdown`).
 """
 
@@ -143,7 +143,7 @@ KEYS: tuple[Key, ...] = (
         "round(factor * num-partitions) partitions, of which the clients hold num-partitions at a "
         "time (FedACG: 500 for 250 clients).", "federation", low=1.0),
     # --- data ---
-    Key("dataset", str, "digits", "Dataset (README: Datasets): scikit-learn's bundled 8x8 "
+    Key("dataset", str, "digits", "Dataset (docs/data.md): scikit-learn's bundled 8x8 "
         "digits (offline), or a hub dataset / its local copy.", "data", choices=DATASETS),
     Key("dataset-path", str, "", "Local copy of the dataset (a save_to_disk folder, or a folder "
         "of parquet/csv files in the hub's format); '' = the Hugging Face hub.", "data"),
