@@ -132,6 +132,17 @@ def test_setups_page_is_the_generated_one():
     assert page == setups_page(), "run: python -m run_config --setups-page > docs/setups.md"
 
 
+def test_a_key_without_a_topic_is_listed_under_other():
+    """Keys added without a topic in run_config/topics.py still get documented (no crash)."""
+    from run_config.topics import TOPICS, grouped
+
+    groups = grouped(["lr", "brand-new-key", "method"])
+    assert [(t, keys) for t, _, keys in groups] == \
+        [("Method", ["method"]), ("Local training", ["lr"]), ("Other", ["brand-new-key"])]
+    named = [k for _, _, keys in TOPICS for k in keys]
+    assert len(named) == len(set(named)), "a key is named by two topics"
+
+
 def test_readme_is_short_and_holds_the_current_methods_table():
     readme = (ROOT / "README.md").read_text()
     assert len(readme.encode()) <= 15_000, f"README.md is {len(readme.encode())} bytes"
