@@ -106,11 +106,12 @@ def round_line(note: str) -> str:
             f"test accuracy {acc}, on {machine()}{note}.")
 
 
-def sweep_table(note: str, lock: Path | None = None, fresh: bool = False) -> str:
+def sweep_table(note: str, lock: Path | None = None, fresh: bool = False,
+                run: bool = True) -> str:
     """Run `sweeps/digits.yaml` into runs/examples/ (finished cells are kept, so a stopped run
     goes on where it was; `fresh` starts over); copy its plot; return the README block.
     `lock`: hold this file (flock) only while a cell runs, so that other heavy jobs on a shared
-    machine can run between cells."""
+    machine can run between cells. `run = False`: tabulate the finished cells only."""
     import dataclasses
 
     from reporting.sweep import is_done, load_sweep, run_sweep, write_report
@@ -119,26 +120,27 @@ def sweep_table(note: str, lock: Path | None = None, fresh: bool = False) -> str
     if fresh:
         shutil.rmtree(out, ignore_errors=True)
     sweep = load_sweep(ROOT / "sweeps" / "digits.yaml", out_dir=out)
-    seconds = 0.0
     for cell in sweep.cells:
-        if is_done(cell):
-            seconds += json.loads((cell.run_dir / "results.json").read_text())[
-                "summary"].get("wall-seconds", 0.0)
+        if is_done(cell) or not run:
             continue
         with open(lock, "a") if lock else open(os.devnull) as held:
             if lock:
                 fcntl.flock(held, fcntl.LOCK_EX)
-            t = time.monotonic()
             run_sweep(dataclasses.replace(sweep, cells=[cell]))
-            seconds += time.monotonic() - t
+    finished = [c for c in sweep.cells if is_done(c)]
+    seconds = sum(json.loads((c.run_dir / "results.json").read_text())["summary"]
+                  .get("wall-seconds", 0.0) for c in finished)
     if sweep.failed:
         raise SystemExit(f"{len(sweep.failed)} sweep cell(s) failed; see {sweep.dir}")
     table = write_report(sweep)
+    partial = "" if len(finished) == len(sweep.cells) else \
+        f"; {len(finished)} of its {len(sweep.cells)} runs had finished (see the Seeds column)"
     shutil.copy(sweep.dir / "ema.png", ROOT / "docs" / "sweep-digits-ema.png")
     return (f"{table.rstrip()}\n\n"
             f"![EMA test accuracy of five methods on digits](docs/sweep-digits-ema.png)\n\n"
             f"Measured with `python -m reporting.examples --sweep` (the command above, one cell "
-            f"at a time): {seconds / 60:.0f} minutes of runs in all, on {machine()}{note}.")
+            f"at a time){partial}: the ServerApps ran {seconds / 60:.0f} minutes in all, on "
+            f"{machine()}{note}.")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -150,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true",
                         help="only check that the generated files are up to date")
     parser.add_argument("--fresh", action="store_true", help="rerun every sweep cell")
+    parser.add_argument("--sweep-table", action="store_true",
+                        help="tabulate the sweep's finished runs without running the others")
     parser.add_argument("--lock", type=Path,
                         help="hold this file (flock) only while a run goes on (shared machines)")
     parser.add_argument("--note", default="",
@@ -167,9 +171,9 @@ def main(argv: list[str] | None = None) -> int:
                 block = round_line(args.note)
             (MEASURED / "round-line.md").write_text(block)
             print("measured the round line")
-        if args.sweep or args.all:
-            (MEASURED / "sweep-digits.md").write_text(
-                sweep_table(args.note, args.lock, args.fresh))
+        if args.sweep or args.all or args.sweep_table:
+            (MEASURED / "sweep-digits.md").write_text(sweep_table(
+                args.note, args.lock, args.fresh, run=not args.sweep_table))
             print("measured the example sweep")
 
     from run_config.__main__ import methods
