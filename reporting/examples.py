@@ -120,7 +120,8 @@ def sweep_table(note: str, lock: Path | None = None, fresh: bool = False,
     if fresh:
         shutil.rmtree(out, ignore_errors=True)
     sweep = load_sweep(ROOT / "sweeps" / "digits.yaml", out_dir=out)
-    for cell in sweep.cells:
+    # Seed by seed, so that a sweep cut short has every method at least once.
+    for cell in sorted(sweep.cells, key=lambda c: c.seed):
         if is_done(cell) or not run:
             continue
         with open(lock, "a") if lock else open(os.devnull) as held:
