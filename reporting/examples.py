@@ -138,7 +138,7 @@ def sweep_table(note: str, lock: Path | None = None, fresh: bool = False,
         f"; {len(finished)} of its {len(sweep.cells)} runs had finished (see the Seeds column)"
     shutil.copy(sweep.dir / "ema.png", ROOT / "docs" / "sweep-digits-ema.png")
     return (f"{table.rstrip()}\n\n"
-            f"![EMA test accuracy of five methods on digits](docs/sweep-digits-ema.png)\n\n"
+            f"![EMA test accuracy per method on digits](docs/sweep-digits-ema.png)\n\n"
             f"Measured with `python -m reporting.examples --sweep` (the command above, one cell "
             f"at a time){partial}: the ServerApps ran {seconds / 60:.0f} minutes in all, on "
             f"{machine()}{note}.")
