@@ -1,4 +1,4 @@
-"""The client's local update (SPEC 1.2), plain PyTorch.
+"""The client's local update (docs/algorithms.md#local-update), plain PyTorch.
 
     opt = SGD(lr, momentum = local_momentum, weight_decay = wd)
     for k in 1..K:

@@ -1,4 +1,5 @@
-"""Named methods (SPEC 1.5): the value each preset-controlled key takes under each `method`."""
+"""Named methods (docs/algorithms.md#presets): the value each preset-controlled key takes under
+each `method`."""
 
 from __future__ import annotations
 

@@ -56,8 +56,9 @@ METHODS = (
     "fedadam", "fedyogi", "fedadagrad",
 )
 
-# Choices of the data and model keys; tests keep them equal to feddata.SPECS, feddata.PARTITIONERS,
-# feddata.AUGMENTATIONS and models.MODELS (written out here so this module needs no torch).
+# Choices of the data and model keys; tests keep them equal to feddata.DATASET_BY_NAME,
+# feddata.PARTITIONERS, feddata.AUGMENTATIONS and models.MODELS (written out here so this
+# module needs no torch).
 DATASETS = ("digits", "cifar10", "cifar100", "tiny-imagenet", "emnist", "femnist", "celeba",
             "shakespeare")
 PARTITIONERS = ("iid", "dirichlet-balanced", "lda", "natural", "shards")
@@ -67,12 +68,13 @@ MODELS = ("mlp", "cnn", "resnet18", "vgg11", "femnist-cnn", "celeba-cnn", "char-
 _P = (PRESET,)
 
 KEYS: tuple[Key, ...] = (
-    # --- method and server update (SPEC 1.1, 1.5) ---
+    # --- method and server update (docs/algorithms.md#server-round, #presets) ---
     Key("setup", str, "", "A paper set-up (run_config/setups/<name>.yaml, or a path to such a "
         "file): its method and values replace every key still at its default; '' = none.",
         "server"),
-    Key("method", str, "auto", "Named method (SPEC 1.5); sets every key whose value is 'preset'. "
-        "'auto' = the set-up's method, else fedacg.", "server", choices=("auto",) + METHODS),
+    Key("method", str, "auto", "Named method (docs/algorithms.md#presets); sets every key "
+        "whose value is 'preset'. 'auto' = the set-up's method, else fedacg.", "server",
+        choices=("auto",) + METHODS),
     Key("lookahead", bool, PRESET, "Broadcast phi = theta + lam*m instead of theta (FedACG/FedAGM).",
         "server", choices=_P),
     Key("lam", float, PRESET, "Server momentum / look-ahead coefficient lambda.",
@@ -85,7 +87,7 @@ KEYS: tuple[Key, ...] = (
         "layers past the borderline.", "server", choices=("preset", "none", "all", "classifier")),
     Key("fedopt-tau", float, 1e-3, "Adaptivity tau of fedadam/fedyogi/fedadagrad (Flower's FedOpt).",
         "server", low=0.0, low_open=True),
-    # --- local update (SPEC 1.2) ---
+    # --- local update (docs/algorithms.md#local-update) ---
     Key("beta", float, PRESET, "Proximal coefficient: loss += beta/2 * ||w - phi||^2 (FedProx mu).",
         "client", choices=_P, low=0.0),
     Key("alpha", float, 1.0, "Weight of the cross-entropy term (FedAGM's alpha).",

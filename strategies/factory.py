@@ -84,7 +84,8 @@ def client_train_config(cfg: dict[str, Any], model: nn.Module) -> ConfigRecord:
 
 
 def build_strategy(cfg: dict[str, Any], model: nn.Module, **fedavg_kwargs) -> FedAvg:
-    """Our LookaheadFedAvg for every SPEC 1.5 method; Flower's own FedOpt family as baselines."""
+    """Our LookaheadFedAvg for every method of docs/algorithms.md#presets; Flower's own FedOpt
+    family as baselines."""
     common = dict(
         fraction_train=cfg["fraction-train"], fraction_evaluate=cfg["fraction-evaluate"],
         min_train_nodes=cfg["min-train-nodes"], min_evaluate_nodes=cfg["min-evaluate-nodes"],

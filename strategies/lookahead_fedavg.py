@@ -1,4 +1,5 @@
-"""One Flower strategy for FedAvg, FedProx, FedAvgM, FedACG, FedAGM and the GC-Fed family (SPEC 1.1).
+"""One Flower strategy for FedAvg, FedProx, FedAvgM, FedACG, FedAGM and the GC-Fed family
+(docs/algorithms.md#server-round).
 
 A `FedAvg` subclass that overrides `configure_train` (broadcast phi = theta + lam*m, seeded node
 sampling, the per-round client config), `aggregate_train` (screened replies, weighting by
@@ -342,7 +343,8 @@ class LookaheadFedAvg(RoundConfig, FedAvg):
                              client_weights(n, self.aggregation))
         global_gc_(d, self.global_gc_layers, self.gc_vectors)
         server_step_(self.theta, self.m, d, self.lam, self.eta)
-        for k, v in screened.good[0][1].items():  # non-float buffers: from the first reply (SPEC 1.1)
+        # non-float buffers: from the first reply (docs/algorithms.md#server-round)
+        for k, v in screened.good[0][1].items():
             if not v.is_floating_point():
                 self.theta[k] = v
         self._theta_record = ArrayRecord(self.theta)

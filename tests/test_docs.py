@@ -147,3 +147,15 @@ def test_readme_is_short_and_holds_the_current_methods_table():
     readme = (ROOT / "README.md").read_text()
     assert len(readme.encode()) <= 15_000, f"README.md is {len(readme.encode())} bytes"
     assert methods() in readme, "run: python -m reporting.examples"
+
+
+def test_no_python_file_cites_the_old_contract():
+    """Code cites docs/algorithms.md sections; the maths contract the project started from is
+    not part of the repository, so no .py file may name it."""
+    word = "SP" + "EC"  # spelled apart so this file does not name it either
+    files = [p for p in ROOT.rglob("*.py")
+             if not {".git", "runs", "build", "dist"} & set(p.relative_to(ROOT).parts)]
+    assert len(files) > 50
+    hits = [f"{p.relative_to(ROOT)}:{n}" for p in files
+            for n, line in enumerate(p.read_text(errors="replace").splitlines(), 1) if word in line]
+    assert not hits, "cite docs/algorithms.md#<section> instead: " + ", ".join(hits)
