@@ -1,4 +1,5 @@
-"""ClientApp: local training (SPEC 1.2) and federated evaluation on the node's partition.
+"""ClientApp: local training (docs/algorithms.md#local-update) and federated evaluation on the
+node's partition.
 
 Thin Flower glue: the maths is in `local_update`. In deployment every message starts a fresh
 process, so the import path stays light (torch, flwr, our models; no `datasets`/scikit-learn) and
@@ -17,7 +18,7 @@ from flwr.clientapp import ClientApp
 
 from feddata.augment import TrainTransform
 from feddata.disk_cache import cache_dir, load_prepared_partition
-from feddata.specs import SPECS
+from feddata.specs import DATASET_BY_NAME
 from models import build_model
 from models.evaluation import evaluate as evaluate_model
 from models.wire import state_view
@@ -98,8 +99,8 @@ def train(msg: Message, context: Context) -> Message:
     gen = torch.Generator().manual_seed((cfg["seed"] * 1_000_003 + server_round) * 100_003 + pid)
     # Training batches are augmented (cfg: augment, augment-padding, augment-rotation) and
     # normalized on the training device; evaluation data is normalized when loaded.
-    transform = TrainTransform(SPECS[cfg["dataset"]], cfg["augment"], cfg["augment-padding"],
-                               cfg["augment-rotation"])
+    transform = TrainTransform(DATASET_BY_NAME[cfg["dataset"]], cfg["augment"],
+                               cfg["augment-padding"], cfg["augment-rotation"])
     t = time.perf_counter()
     train_x, train_y, _, _ = on_device(data, device)
     down = {k: v for k, v in msg.content.array_records.items() if k != "arrays"}

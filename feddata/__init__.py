@@ -13,7 +13,7 @@ _EXPORTS = {
     "DATA_KEYS": "loading", "ClientData": "loading", "load_client_data": "loading",
     "load_partition": "loading", "load_test_data": "loading", "load_test_split": "loading",
     "spec_of": "loading",
-    "DATASETS": "specs", "SPECS": "specs", "DatasetSpec": "specs",
+    "DATASETS": "specs", "DATASET_BY_NAME": "specs", "DatasetSpec": "specs",
     "ClientPopulation": "population",
     "BalancedDirichletPartitioner": "partitioners", "build_partitioner": "partitioners",
     "PreparedPartition": "disk_cache", "load_prepared_partition": "disk_cache",

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .specs import SPECS, DatasetSpec
+from .specs import DATASET_BY_NAME, DatasetSpec
 
 # Config keys that determine the data a client or the server sees.
 DATA_KEYS = ("dataset", "dataset-path", "partitioner", "dirichlet-alpha", "lda-alpha",
@@ -37,7 +37,7 @@ class ClientData:
 
 
 def spec_of(cfg: dict[str, Any]) -> DatasetSpec:
-    return SPECS[cfg["dataset"]]
+    return DATASET_BY_NAME[cfg["dataset"]]
 
 
 def data_key(cfg: dict[str, Any]) -> tuple:
@@ -66,7 +66,7 @@ class _Source:
         from .partitioners import build_partitioner
 
         self.cfg = cfg = dict(zip(DATA_KEYS, key))
-        spec = SPECS[cfg["dataset"]]
+        spec = DATASET_BY_NAME[cfg["dataset"]]
         self.partitioner = build_partitioner(
             cfg["partitioner"], num_partitions, spec.label,
             dirichlet_alpha=cfg["dirichlet-alpha"], lda_alpha=cfg["lda-alpha"],
@@ -95,7 +95,8 @@ class _Source:
                 raise
             name = self.cfg["dataset"]
             raise DataSourceError(
-                f"could not load {name} ('{SPECS[name].hub}') from the Hugging Face hub: {err}. "
+                f"could not load {name} ('{DATASET_BY_NAME[name].hub}') from the Hugging Face "
+                f"hub: {err}. "
                 f"Without internet, make a local copy where the hub is reachable (python -m "
                 f"feddata.save {name} <folder>) and set dataset-path to it."
             ) from err
@@ -148,7 +149,7 @@ def to_tensors(ds, spec: DatasetSpec, ready: bool) -> tuple[torch.Tensor, torch.
 def _client_data(key: tuple, partition_id: int, num_partitions: int) -> ClientData:
     cfg = dict(zip(DATA_KEYS, key))
     part = load_partition(cfg, partition_id, num_partitions)
-    spec = SPECS[cfg["dataset"]]
+    spec = DATASET_BY_NAME[cfg["dataset"]]
     val_n = int(round(len(part) * cfg["client-val-fraction"]))
     if val_n > 0 and len(part) - val_n > 0:
         split = part.train_test_split(test_size=val_n, seed=cfg["seed"])
@@ -176,7 +177,7 @@ def load_test_split(cfg: dict[str, Any], num_partitions: int = 1):
 @functools.lru_cache(maxsize=2)
 def _test(key: tuple) -> tuple[torch.Tensor, torch.Tensor]:
     cfg = dict(zip(DATA_KEYS, key))
-    return to_tensors(load_test_split(cfg), SPECS[cfg["dataset"]], ready=True)
+    return to_tensors(load_test_split(cfg), DATASET_BY_NAME[cfg["dataset"]], ready=True)
 
 
 def load_test_data(cfg: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .specs import SPECS
+from .specs import DATASET_BY_NAME
 
 # EMNIST ByClass: 10 digits, 26 upper-case, 26 lower-case letters (emnist-byclass-mapping.txt).
 EMNIST_CLASSES = [str(d) for d in range(10)] + [chr(c) for c in range(65, 91)] + \
@@ -69,7 +69,7 @@ def load_source(name: str, source: str | None = None, idx: str | None = None):
     """The DatasetDict to save: from NIST IDX files, a local copy, or the hub."""
     import datasets
 
-    spec = SPECS[name]
+    spec = DATASET_BY_NAME[name]
     if idx:
         return emnist_from_idx(idx)
     if source:
@@ -100,7 +100,7 @@ def save(dd, out: str, fmt: str) -> list[Path]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m feddata.save", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("dataset", choices=[n for n in SPECS if n != "digits"])
+    parser.add_argument("dataset", choices=[n for n in DATASET_BY_NAME if n != "digits"])
     parser.add_argument("out", help="folder to write (it becomes the run's dataset-path)")
     parser.add_argument("--format", choices=("disk", "parquet"), default="disk",
                         help="save_to_disk folder (default) or parquet files in the hub's layout")
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
 
     datasets.disable_progress_bars()
     dd = load_source(args.dataset, args.source, args.idx)
-    spec = SPECS[args.dataset]
+    spec = DATASET_BY_NAME[args.dataset]
     first = next(iter(dd.values()))
     missing = [c for c in (spec.image, spec.label, spec.natural_id) if c and c not in first.column_names]
     if missing:

@@ -48,7 +48,7 @@ _CIFAR10 = ((0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010))  # FedACG / GC-F
 _CIFAR100 = ((0.5071, 0.4867, 0.4408), (0.2675, 0.2565, 0.2761))  # FedACG code
 _TINY = ((0.4802, 0.4481, 0.3975), (0.2770, 0.2691, 0.2821))  # FedACG code
 
-SPECS: dict[str, DatasetSpec] = {
+DATASET_BY_NAME: dict[str, DatasetSpec] = {
     "digits": DatasetSpec((1, 8, 8), 10, "image", "label", (4.88,), (6.02,), scale=1.0,
                           kind="array", test_splits=()),
     "cifar10": DatasetSpec((3, 32, 32), 10, "img", "label", *_CIFAR10, hub="uoft-cs/cifar10",
@@ -72,4 +72,4 @@ SPECS: dict[str, DatasetSpec] = {
                                natural_id="character_id", temporal=True, model="char-lstm"),
 }
 
-DATASETS = tuple(SPECS)
+DATASETS = tuple(DATASET_BY_NAME)

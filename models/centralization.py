@@ -1,4 +1,5 @@
-"""Gradient centralization P (SPEC 1.3) and the local/global GC layer sets (SPEC 1.4).
+"""Gradient centralization P (docs/algorithms.md#gradient-centralization) and the local/global GC
+layer sets (docs/algorithms.md#gc-layer-sets).
 
 `centralize_` is the one implementation of P, used by the client on gradients (local GC,
 GC-Fed Def. 1) and by the server on the aggregated update (global GC, GC-Fed Def. 2).

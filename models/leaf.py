@@ -5,7 +5,8 @@
 * `CelebaCNN`: LEAF's CelebA CNN, four blocks of 3x3 'same' convolution (32), normalization,
   2x2 max-pool ('same', ceil) and ReLU, then the linear classifier. LEAF normalizes with
   BatchNorm; here it is GroupNorm (`gn_groups` groups), as FedACG does for ResNet-18, so the
-  model has no running-statistics buffers for the server to average (SPEC 1.1).
+  model has no running-statistics buffers for the server to average
+  (docs/algorithms.md#server-round).
 * `CharLSTM`: LEAF's Shakespeare model, an 8-dimensional character embedding, a 2-layer LSTM with
   256 units, and a linear classifier on the last step's output: next-character prediction over
   LEAF's 80 characters. Inputs are character indices (any integer dtype).

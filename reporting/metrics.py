@@ -1,8 +1,9 @@
 """The papers' numbers from a run's per-round rows: EMA, accuracy at round R, rounds to X%, summary.
 
-SPEC 1.7: EMA_t = 0.9 * EMA_{t-1} + 0.1 * acc_t, starting at the first accuracy measured after
-training (round 0, the initial model, is not part of it). "Accuracy at round R" and "rounds to
-reach X%" are read off the EMA; a run that never reaches X% within its T rounds reports "T+".
+docs/algorithms.md#reporting: EMA_t = 0.9 * EMA_{t-1} + 0.1 * acc_t, starting at the first
+accuracy measured after training (round 0, the initial model, is not part of it). "Accuracy at
+round R" and "rounds to reach X%" are read off the EMA; a run that never reaches X% within its
+T rounds reports "T+".
 
 Rows are dicts with a "round" key and, on evaluated rounds, "test-acc" and "ema-acc" (accuracies
 as fractions in [0, 1]); targets are given in percent, as the papers write them.

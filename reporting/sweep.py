@@ -9,7 +9,7 @@ Each cell is one `flwr run <app> <connection> --stream --run-config <cell.toml>
 loopback ports and stops at the end (also on an error or Ctrl-C), unless `connection` names one
 of your own (it must run on this machine: the sweep reads the run folders it writes).
 A cell whose run folder holds a complete results.json made from the same cell description is
-skipped, so a stopped sweep resumes where it was. The sweep file format is in the README
+skipped, so a stopped sweep resumes where it was. The sweep file format is in docs/results.md
 ("Sweeps"); `SWEEP_KEYS` lists its keys.
 """
 

@@ -60,7 +60,7 @@ def coerce(key: Key, value: Any) -> Any:
 
 def resolve(run_config: Mapping[str, Any]) -> dict[str, Any]:
     """Return the full, typed config: defaults < paper set-up < run_config; 'preset' values
-    taken from `method` (README: Paper set-ups)."""
+    taken from `method` (docs/setups.md, docs/algorithms.md#presets)."""
     unknown = sorted(set(run_config) - set(KEYS_BY_NAME))
     if unknown:
         hints = []
@@ -68,8 +68,8 @@ def resolve(run_config: Mapping[str, Any]) -> dict[str, Any]:
             close = difflib.get_close_matches(name, KEYS_BY_NAME, n=1)
             hints.append(f"'{name}'" + (f" (did you mean '{close[0]}'?)" if close else ""))
         raise ConfigError(
-            f"unknown run-config key(s): {', '.join(hints)}. The keys are listed in the README "
-            "and in [tool.flwr.app.config] of pyproject.toml."
+            f"unknown run-config key(s): {', '.join(hints)}. The keys are listed in "
+            "docs/configuration.md and in [tool.flwr.app.config] of pyproject.toml."
         )
     run_config = apply_setup(run_config)  # a paper set-up fills the keys still at their default
     cfg = {k.name: coerce(k, run_config.get(k.name, k.default)) for k in KEYS}

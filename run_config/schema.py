@@ -1,7 +1,7 @@
 """Every run-config key, defined once: type, default, allowed values and help text.
 
 The same table drives validation (`run_config.resolve`), the `[tool.flwr.app.config]` section of
-pyproject.toml (a test keeps them equal) and the README's key table
+pyproject.toml (a test keeps them equal) and docs/configuration.md
 (`python -m run_config --markdown`).
 """
 
@@ -62,8 +62,9 @@ class Key:
 
 METHODS = methods.method_names()  # the built-in methods; `methods.method_names()` is the live list
 
-# Choices of the data and model keys; tests keep them equal to feddata.SPECS, feddata.PARTITIONERS,
-# feddata.AUGMENTATIONS and models.MODELS (written out here so this module needs no torch).
+# Choices of the data and model keys; tests keep them equal to feddata.DATASET_BY_NAME,
+# feddata.PARTITIONERS, feddata.AUGMENTATIONS and models.MODELS (written out here so this
+# module needs no torch).
 DATASETS = ("digits", "cifar10", "cifar100", "tiny-imagenet", "emnist", "femnist", "celeba",
             "shakespeare")
 PARTITIONERS = ("iid", "dirichlet-balanced", "lda", "natural", "shards")
@@ -73,12 +74,12 @@ MODELS = ("mlp", "cnn", "resnet18", "vgg11", "femnist-cnn", "celeba-cnn", "char-
 _P = (PRESET,)
 
 KEYS: tuple[Key, ...] = (
-    # --- method and server update (SPEC 1.1, 1.5) ---
+    # --- method and server update (docs/algorithms.md#server-round, #presets) ---
     Key("setup", str, "", "A paper set-up (run_config/setups/<name>.yaml, or a path to such a "
         "file): its method and values replace every key still at its default; '' = none.",
         "server"),
-    Key("method", str, "auto", "Named method (SPEC 1.5); sets every key whose value is 'preset'. "
-        "'auto' = the set-up's method, else fedacg.", "server", choices=("auto",),
+    Key("method", str, "auto", "Named method (docs/algorithms.md#presets); sets every key "
+        "whose value is 'preset'. 'auto' = the set-up's method, else fedacg.", "server", choices=("auto",),
         registry=methods.method_names),
     Key("server-rule", str, "preset", "How the replies and the server state become the next "
         "theta (docs/extending.md): the method's own, or another method's rule.", "server",
@@ -95,7 +96,7 @@ KEYS: tuple[Key, ...] = (
         "layers past the borderline.", "server", choices=("preset", "none", "all", "classifier")),
     Key("fedopt-tau", float, 1e-3, "Adaptivity tau of fedadam/fedyogi/fedadagrad (Flower's FedOpt).",
         "server", low=0.0, low_open=True),
-    # --- local update (SPEC 1.2) ---
+    # --- local update (docs/algorithms.md#local-update) ---
     Key("client-objective", str, "preset", "The client parts (loss terms, gradient corrections) "
         "added to alpha * CE, comma-separated in the order applied; 'none' = plain CE; "
         "'preset' = the method's. Known parts: see docs/extending.md.", "client"),
@@ -156,7 +157,7 @@ KEYS: tuple[Key, ...] = (
         "round(factor * num-partitions) partitions, of which the clients hold num-partitions at a "
         "time (FedACG: 500 for 250 clients).", "federation", low=1.0),
     # --- data ---
-    Key("dataset", str, "digits", "Dataset (README: Datasets): scikit-learn's bundled 8x8 "
+    Key("dataset", str, "digits", "Dataset (docs/data.md): scikit-learn's bundled 8x8 "
         "digits (offline), or a hub dataset / its local copy.", "data", choices=DATASETS),
     Key("dataset-path", str, "", "Local copy of the dataset (a save_to_disk folder, or a folder "
         "of parquet/csv files in the hub's format); '' = the Hugging Face hub.", "data"),

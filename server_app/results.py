@@ -2,8 +2,8 @@
 and the run folder (results.json and metrics.csv after every round; summary and plots at the end).
 
 EMA_t = 0.9 * EMA_{t-1} + 0.1 * acc_t, starting at the first accuracy measured after training
-(SPEC 1.7; round 0, the initial model, is logged but not part of the EMA). The numbers of the
-summary (accuracy at rounds, rounds to targets) are computed by `reporting.metrics`.
+(docs/algorithms.md#reporting; round 0, the initial model, is logged but not part of the EMA). The
+numbers of the summary (accuracy at rounds, rounds to targets) are computed by `reporting.metrics`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The server update of SPEC 1.1 in plain PyTorch (no Flower), on name -> tensor dicts.
+"""The server update of docs/algorithms.md#server-round in plain PyTorch (no Flower), on name ->
+tensor dicts.
 
     phi   = theta + lam * m            if lookahead else theta
     d     = sum_i w_i * (w_i_K - phi)  = sum_i w_i * w_i_K - phi      (sum_i w_i = 1)

@@ -4,12 +4,12 @@ import pytest
 import torch
 
 from client_app.local_update import LocalConfig, local_update
-from feddata import SPECS, TrainTransform
+from feddata import DATASET_BY_NAME, TrainTransform
 from feddata.augment import hflip, random_crop, rotate
 from feddata.decode import char_indices, normalize
 from models import build_model
 
-CIFAR = SPECS["cifar10"]
+CIFAR = DATASET_BY_NAME["cifar10"]
 
 
 def batch(n=16, c=3, h=32, w=32, seed=0):
@@ -72,10 +72,10 @@ def test_test_time_path_leaves_inputs_unchanged():
     assert torch.equal(plain(x, torch.Generator().manual_seed(0)), normalize(x, CIFAR))
     # 'auto': crop-flip for CIFAR/Tiny-ImageNet, nothing for characters and digits
     assert TrainTransform(CIFAR, "auto").augments
-    assert not TrainTransform(SPECS["femnist"], "auto").augments
-    assert not TrainTransform(SPECS["digits"], "auto").augments
+    assert not TrainTransform(DATASET_BY_NAME["femnist"], "auto").augments
+    assert not TrainTransform(DATASET_BY_NAME["digits"], "auto").augments
     tokens = torch.from_numpy(char_indices(["to be, or not to be"], 80))
-    shakespeare = TrainTransform(SPECS["shakespeare"], "crop-flip")
+    shakespeare = TrainTransform(DATASET_BY_NAME["shakespeare"], "crop-flip")
     assert shakespeare(tokens, torch.Generator()) is tokens
     assert tokens[0, :5].tolist() == [72, 67, 1, 54, 57]  # LEAF's indices (ALL_LETTERS.find) of "to be"
 

@@ -1,6 +1,6 @@
 """Smoke run of the benchmark (tiny sizes): it runs end to end and prints its table.
 
-No timing is asserted: the figures are for people (README "Performance"), not for CI.
+No timing is asserted: the figures are for people (docs/performance.md), not for CI.
 """
 
 import json

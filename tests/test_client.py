@@ -1,4 +1,5 @@
-"""The local update (SPEC 1.2): proximal gradient, local GC, one SGD step by hand."""
+"""The local update (docs/algorithms.md#local-update): proximal gradient, local GC, one SGD step by
+hand."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""Run-config validation: one schema for validation, pyproject and the README table."""
+"""Run-config validation: one schema for validation and pyproject (the docs: test_docs.py)."""
 
 import sys
 import tomllib
@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from run_config import KEYS, ConfigError, resolve
-from run_config.__main__ import markdown, methods
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -66,12 +65,6 @@ def test_pyproject_holds_every_key_with_the_schema_default():
     resolve(section)  # and the defaults are valid
 
 
-def test_readme_tables_are_the_schema_and_presets():
-    readme = (ROOT / "README.md").read_text()
-    assert markdown() in readme
-    assert methods() in readme
-
-
 def test_nothing_imports_torchvision():
     import subprocess
 
@@ -85,7 +78,7 @@ def test_data_and_model_choices_are_the_codes():
     import models
     from run_config import schema
 
-    assert schema.DATASETS == tuple(feddata.SPECS) == feddata.DATASETS
+    assert schema.DATASETS == tuple(feddata.DATASET_BY_NAME) == feddata.DATASETS
     assert schema.PARTITIONERS == feddata.PARTITIONERS
     assert schema.AUGMENTATIONS == feddata.AUGMENTATIONS
     assert schema.MODELS == models.MODELS

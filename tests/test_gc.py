@@ -1,4 +1,5 @@
-"""Gradient centralization P (SPEC 1.3) and the local/global layer sets (SPEC 1.4)."""
+"""Gradient centralization P (docs/algorithms.md#gradient-centralization) and the layer sets
+(docs/algorithms.md#gc-layer-sets)."""
 
 import pytest
 import torch

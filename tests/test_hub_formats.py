@@ -18,7 +18,7 @@ from feddata import load_client_data, load_partition, load_test_data, load_test_
 from feddata.decode import input_tensor, normalize
 from feddata.save import main as save_main
 from feddata.sources import _grouped_holdout
-from feddata.specs import SPECS
+from feddata.specs import DATASET_BY_NAME
 from run_config import resolve
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,7 +55,7 @@ def test_loads_offline_partitions_and_trains_one_round(copies, tmp_path, dataset
           "model": model, "lda-min-size": 1, "num-server-rounds": 1, "fraction-train": 0.5,
           "local-iterations": 2, "batch-size": 4, "out-dir": str(tmp_path), "run-name": "run"}
     cfg = resolve(rc)
-    spec = SPECS[dataset]
+    spec = DATASET_BY_NAME[dataset]
     # the split and the test set, through the real path
     assert len(load_test_split(cfg)) == n_test
     parts = [load_partition(cfg, i, clients) for i in range(clients)]
@@ -123,9 +123,9 @@ def test_held_out_examples_per_id():
 def test_evaluation_tensors_are_the_normalized_stored_values(copies):
     cfg = resolve({"dataset": "cifar10", "dataset-path": str(copies["cifar10"])})
     x, _ = load_test_data(cfg)
-    stored = input_tensor(load_test_split(cfg), SPECS["cifar10"])
+    stored = input_tensor(load_test_split(cfg), DATASET_BY_NAME["cifar10"])
     assert stored.dtype.is_floating_point is False
-    assert np.allclose(x.numpy(), normalize(stored, SPECS["cifar10"]).numpy())
+    assert np.allclose(x.numpy(), normalize(stored, DATASET_BY_NAME["cifar10"]).numpy())
 
 
 @pytest.mark.parametrize("fmt", ["disk", "parquet"])

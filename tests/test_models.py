@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from feddata import SPECS
+from feddata import DATASET_BY_NAME
 from models import IMAGE_MODELS, MODELS, build_model
 
 
@@ -19,9 +19,9 @@ def test_shapes_and_classifier(name, shape, classes):
 
 
 # Each dataset with the papers' model for it, on inputs of the dataset's shape.
-@pytest.mark.parametrize("dataset", [d for d in SPECS if d != "digits"])
+@pytest.mark.parametrize("dataset", [d for d in DATASET_BY_NAME if d != "digits"])
 def test_each_dataset_with_its_model(dataset):
-    spec = SPECS[dataset]
+    spec = DATASET_BY_NAME[dataset]
     model = build_model(spec.model, spec.in_shape, spec.num_classes)
     if spec.kind == "chars":
         x = torch.randint(0, spec.num_classes, (3, *spec.in_shape), dtype=torch.uint8)

@@ -95,9 +95,9 @@ def test_setup_from_a_path_and_clear_errors(tmp_path):
         resolve({"setup": "fedacg-t1a-cifar1"})
 
 
-def test_readme_lists_every_setup_with_its_command():
-    readme = (ROOT / "README.md").read_text()
-    assert setups_table() in readme
+def test_setups_page_lists_every_setup_and_the_command():
+    page = (ROOT / "docs" / "setups.md").read_text()
+    assert setups_table() in page
     assert setup_command("fedacg-t1b-cifar100") == (
         "flwr run . --stream --run-config \"setup='fedacg-t1b-cifar100'\" "
         "--federation-config \"num-supernodes=500\"")

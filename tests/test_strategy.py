@@ -1,4 +1,5 @@
-"""Our strategy against Flower's FedAvg / FedAvgM and against hand computations (SPEC 1.1)."""
+"""Our strategy against Flower's FedAvg / FedAvgM and against hand computations
+(docs/algorithms.md#server-round)."""
 
 import random
 

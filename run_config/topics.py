@@ -1,0 +1,56 @@
+"""Which topic each run-config key is listed under in docs/configuration.md.
+
+One ordered mapping: a topic's title, one sentence about it, and its keys in the order they are
+listed. A key that no topic names is listed under "Other" (the page still builds): add its name to
+the topic it belongs to.
+"""
+
+from __future__ import annotations
+
+TOPICS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("Method",
+     "The method and the server update ([algorithms](algorithms.md#server-round)); `setup` "
+     "picks a paper set-up ([set-ups](setups.md)).",
+     ("setup", "method", "lookahead", "lam", "eta", "aggregation", "beta", "alpha", "local-gc",
+      "global-gc", "gc-borderline", "gc-vectors", "fedopt-tau")),
+    ("Local training",
+     "The clients' optimizer ([local update](algorithms.md#local-update)).",
+     ("lr", "lr-decay", "local-epochs", "local-iterations", "batch-size", "local-momentum",
+      "weight-decay", "grad-clip", "device")),
+    ("Data and model",
+     "Dataset, client split, augmentation and model ([data](data.md)).",
+     ("dataset", "dataset-path", "partitioner", "dirichlet-alpha", "lda-alpha", "lda-min-size",
+      "lda-self-balancing", "shards-per-client", "test-fraction", "test-max-examples",
+      "client-val-fraction", "augment", "augment-padding", "augment-rotation", "model",
+      "gn-groups")),
+    ("Server",
+     "Rounds, client sampling, seeds and the dynamic client population.",
+     ("num-server-rounds", "fraction-train", "min-train-nodes", "fraction-evaluate",
+      "min-evaluate-nodes", "seed", "dynamic-replace-prob", "dynamic-replace-every",
+      "dynamic-pool-factor")),
+    ("Reliability",
+     "What the server does with late, failed or bad replies ([results](results.md)).",
+     ("min-train-clients", "max-update-norm", "round-timeout", "node-wait-timeout")),
+    ("Outputs",
+     "Evaluation, the summary's numbers, run folders, checkpoints and resume "
+     "([results](results.md), [reporting](algorithms.md#reporting)).",
+     ("eval-every", "acc-at-rounds", "target-accs", "out-dir", "run-name", "checkpoint-every",
+      "resume")),
+)
+OTHER = ("Other", "Keys not yet given a topic in `run_config/topics.py`.")
+
+
+def grouped(names: list[str]) -> list[tuple[str, str, list[str]]]:
+    """(title, sentence, keys) per topic that has keys, in TOPICS order; unknown keys in Other,
+    in the order given; keys a topic names that do not exist are left out."""
+    known = set(names)
+    out, placed = [], set()
+    for title, sentence, keys in TOPICS:
+        present = [k for k in keys if k in known and k not in placed]
+        placed.update(present)
+        if present:
+            out.append((title, sentence, present))
+    rest = [k for k in names if k not in placed]
+    if rest:
+        out.append((*OTHER, rest))
+    return out

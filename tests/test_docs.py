@@ -1,0 +1,161 @@
+"""The documentation: links resolve, tables are valid, generated pages are current, README short.
+
+Every check here is computed from the Markdown text itself (an independent little parser of links,
+headings and table rows), not from the code that writes the pages.
+"""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from run_config.__main__ import markdown, methods, setups_page
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+FENCE = re.compile(r"^(```|~~~)")
+LINK = re.compile(r"!?\[(?:[^\]\\]|\\.)*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
+
+
+def prose_lines(text: str) -> list[str]:
+    """The lines outside fenced code blocks, with inline code spans blanked out."""
+    out, fenced = [], False
+    for line in text.splitlines():
+        if FENCE.match(line.strip()):
+            fenced = not fenced
+            continue
+        if not fenced:
+            out.append(re.sub(r"(`+)(.+?)\1", lambda m: " " * len(m.group(0)), line))
+    return out
+
+
+def github_anchor(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"`([^`]*)`", r"\1", heading.strip().lower())
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text)
+    text = re.sub(r"[^\w\- ]", "", text)
+    return text.replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    found, seen = set(), {}
+    for line in prose_lines(path.read_text()):
+        m = re.match(r"^#{1,6}\s+(.*?)\s*#*\s*$", line)
+        if m:
+            base = github_anchor(m.group(1))
+            n = seen.get(base, 0)
+            seen[base] = n + 1
+            found.add(base if n == 0 else f"{base}-{n}")
+    return found
+
+
+def relative_links(path: Path) -> list[str]:
+    return [target for line in prose_lines(path.read_text()) for target in LINK.findall(line)
+            if not re.match(r"^[a-z][a-z0-9+.-]*:", target)]  # http:, https:, mailto:
+
+
+def test_the_link_parser_sees_links_and_anchors():
+    """The helpers above on a hand-made page (so the real checks below cannot pass vacuously)."""
+    assert github_anchor("Paper versus code") == "paper-versus-code"
+    assert github_anchor("Results: run folders, sweeps, tables, plots") == \
+        "results-run-folders-sweeps-tables-plots"
+    assert github_anchor("GC layer sets") == "gc-layer-sets"
+    assert github_anchor("Set-up") == "set-up"
+    line = "see [a](docs/x.md#y), ![p](docs/p.png) and `[not](code.md)` or [w](https://e.org)"
+    assert [t for t in LINK.findall(prose_lines(line)[0])] == \
+        ["docs/x.md#y", "docs/p.png", "https://e.org"]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_every_relative_link_resolves(page):
+    assert relative_links(page) or page.name != "README.md", "README.md links nowhere?"
+    broken = []
+    for target in relative_links(page):
+        file, _, anchor = target.partition("#")
+        dest = (page.parent / file).resolve() if file else page
+        if not dest.exists():
+            broken.append(f"{target}: no file {dest.relative_to(ROOT)}")
+        elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
+            broken.append(f"{target}: no heading with anchor #{anchor} in {dest.name}")
+    assert not broken, f"{page.name}: " + "; ".join(broken)
+
+
+def table_row_cells(line: str) -> int:
+    """Cells of a Markdown table row: split at every `|` not escaped by a backslash (GitHub
+    splits at pipes inside code spans too), without the outer pipes."""
+    cells = re.split(r"(?<!\\)\|", line.strip())
+    return len(cells) - 2
+
+
+def tables(text: str) -> list[list[tuple[int, str]]]:
+    """Each table as its rows (line number, text): runs of lines starting with `|`."""
+    out, current = [], []
+    in_code = False
+    for n, line in enumerate(text.splitlines(), 1):
+        if FENCE.match(line.strip()):
+            in_code = not in_code
+        if not in_code and line.startswith("|"):
+            current.append((n, line))
+        elif current:
+            out.append(current)
+            current = []
+    return out + ([current] if current else [])
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_every_table_row_has_the_header_s_cell_count(page):
+    found = tables(page.read_text())
+    bad = []
+    for rows in found:
+        header = table_row_cells(rows[0][1])
+        assert re.fullmatch(r"\|( *:?-+:? *\|)+", rows[1][1].strip()), (page.name, rows[1])
+        bad += [f"line {n}: {table_row_cells(line)} cells, header {header}"
+                for n, line in rows if table_row_cells(line) != header]
+    assert not bad, f"{page.name}: " + "; ".join(bad)
+
+
+def test_the_table_check_catches_an_unescaped_pipe():
+    good = "| a | b |\n| --- | --- |\n| `x` | 1/\\|S\\| |\n"
+    bad = "| a | b |\n| --- | --- |\n| `'x' | 'y'` | z |\n"
+    assert [table_row_cells(r) for _, r in tables(good)[0]] == [2, 2, 2]
+    assert [table_row_cells(r) for _, r in tables(bad)[0]] == [2, 2, 3]
+
+
+def test_configuration_page_is_the_generated_one():
+    page = (ROOT / "docs" / "configuration.md").read_text()
+    assert page == markdown(), "run: python -m run_config --markdown > docs/configuration.md"
+    assert len(tables(page)) >= 6  # one per topic
+
+
+def test_setups_page_is_the_generated_one():
+    page = (ROOT / "docs" / "setups.md").read_text()
+    assert page == setups_page(), "run: python -m run_config --setups-page > docs/setups.md"
+
+
+def test_a_key_without_a_topic_is_listed_under_other():
+    """Keys added without a topic in run_config/topics.py still get documented (no crash)."""
+    from run_config.topics import TOPICS, grouped
+
+    groups = grouped(["lr", "brand-new-key", "method"])
+    assert [(t, keys) for t, _, keys in groups] == \
+        [("Method", ["method"]), ("Local training", ["lr"]), ("Other", ["brand-new-key"])]
+    named = [k for _, _, keys in TOPICS for k in keys]
+    assert len(named) == len(set(named)), "a key is named by two topics"
+
+
+def test_readme_is_short_and_holds_the_current_methods_table():
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.encode()) <= 15_000, f"README.md is {len(readme.encode())} bytes"
+    assert methods() in readme, "run: python -m reporting.examples"
+
+
+def test_no_python_file_cites_the_old_contract():
+    """Code cites docs/algorithms.md sections; the maths contract the project started from is
+    not part of the repository, so no .py file may name it."""
+    word = "SP" + "EC"  # spelled apart so this file does not name it either
+    files = [p for p in ROOT.rglob("*.py")
+             if not {".git", "runs", "build", "dist"} & set(p.relative_to(ROOT).parts)]
+    assert len(files) > 50
+    hits = [f"{p.relative_to(ROOT)}:{n}" for p in files
+            for n, line in enumerate(p.read_text(errors="replace").splitlines(), 1) if word in line]
+    assert not hits, "cite docs/algorithms.md#<section> instead: " + ", ".join(hits)
