@@ -53,6 +53,13 @@ class FlowerFedOpt(ServerRule):
             return None, f"Flower's aggregation refused the replies: {err}"
         if arrays is None:
             return None, "Flower's aggregation returned no model"
+        # Flower's FedOpt computes in float64 (numpy promotes its optimizer state): give theta
+        # back its own dtypes, or every reply of the next round is dropped for its dtype.
+        from flwr.app import ArrayRecord
+
+        dtypes = {k: v.dtype for k, v in phi.items()}
+        state = arrays.to_torch_state_dict()
+        arrays = ArrayRecord({k: v.to(dtypes.get(k, v.dtype)) for k, v in state.items()})
         self._theta_record = arrays
         return arrays, None
 
