@@ -125,6 +125,9 @@ def test_simulation_runs_on_a_two_node_ray_cluster(tmp_path):
         assert sum(c["type"] == "train" for c in calls) == 12  # 4 clients x 3 rounds
         assert {c["tag"] for c in calls} == {"head", "worker"}, calls
         assert len({c["ray-node"] for c in calls}) == 2
+        # simulated nodes: one QUERY in all, and every round trains partitions 0..3
+        assert "Simulated nodes: partition p is trained by the p-th node by id" in log, log[-4000:]
+        assert sorted(c["trained"] for c in calls if c["type"] == "train") == sorted(list(range(4)) * 3)
         print("calls per node:", {t: sum(c["tag"] == t for c in calls) for t in ("head", "worker")})
     finally:
         if link is not None:
