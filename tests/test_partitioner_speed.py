@@ -95,3 +95,29 @@ def test_cifar_sized_split_is_fast():
     assert time.perf_counter() - t < 4.0
     assert all(len(p) == 5 for p in parts)
     assert len(np.unique(np.concatenate(parts))) == 50_000
+
+
+@pytest.mark.parametrize("overrides,clients", [
+    ({"partitioner": "dirichlet-balanced"}, 10), ({"partitioner": "iid"}, 7),
+    ({"partitioner": "lda", "lda-alpha": 0.5, "lda-min-size": 5}, 6),
+    ({"partitioner": "shards", "shards-per-client": 2}, 10), ("femnist", 4), ("shakespeare", 5),
+])
+def test_partition_labels_equal_loading_each_partition(overrides, clients, tmp_path):
+    """The summary's labels (one column read and the split's indices) against the labels of each
+    loaded partition read the plain way."""
+    from feddata import load_partition
+    from feddata.summary import partition_labels
+    from run_config import resolve
+
+    if isinstance(overrides, str):  # a natural split of a small copy in the hub's format
+        import hubformats
+
+        path = getattr(hubformats, overrides)(tmp_path, np.random.default_rng(0))
+        overrides = {"dataset": overrides, "dataset-path": str(path), "partitioner": "natural"}
+    cfg = resolve({**overrides, "seed": 3})
+    label = {"femnist": "character", "shakespeare": "y"}.get(cfg["dataset"], "label")
+    fast = list(partition_labels(cfg, clients))
+    assert len(fast) == clients
+    for pid, labels in enumerate(fast):
+        plain = np.asarray(list(load_partition(cfg, pid, clients)[label]))
+        np.testing.assert_array_equal(labels, plain)
