@@ -22,9 +22,9 @@ from feddata.specs import SPECS
 from models import build_model
 from models.evaluation import evaluate as evaluate_model
 from models.wire import state_view
-from run_config import resolve
 
-from .local_update import LocalConfig, local_update
+from .local_update import LocalContext, local_update
+from .objective import settings
 
 app = ClientApp()
 
@@ -78,7 +78,7 @@ def on_device(data, device: torch.device) -> tuple[torch.Tensor, ...]:
 
 def setup(msg: Message, context: Context):
     """Resolved config, this node's data, and the model holding the broadcast weights."""
-    cfg = resolve(context.run_config)
+    cfg = settings(context.run_config).cfg
     pid, nparts = data_partition_of(msg, context)
     data = load_prepared_partition(cfg, pid, nparts, cache_dir(context.node_config))
     device = pick_device(cfg["device"])
@@ -91,26 +91,26 @@ def setup(msg: Message, context: Context):
 @app.train()
 def train(msg: Message, context: Context) -> Message:
     cfg, pid, data, model, device = setup(msg, context)
-    c = msg.content["config"]
-    local = LocalConfig(
-        lr=float(c["lr"]), local_epochs=int(c["local-epochs"]),
-        local_iterations=int(c["local-iterations"]), batch_size=int(c["batch-size"]),
-        alpha=float(c["alpha"]), beta=float(c["beta"]), grad_clip=float(c["grad-clip"]),
-        local_momentum=float(c["local-momentum"]), weight_decay=float(c["weight-decay"]),
-        local_gc_layers=int(c["local-gc-layers"]), gc_vectors=str(c["gc-vectors"]),
-    )
+    c = msg.content["config"]  # only what changes per round: lr, server-round
+    client = settings(context.run_config)
+    local = client.local_config(model, float(c["lr"]))
+    server_round = int(c["server-round"])
     # Same seed, round and partition -> the same mini-batches in every process.
-    gen = torch.Generator().manual_seed((int(c["seed"]) * 1_000_003 + int(c["server-round"])) * 100_003 + pid)
+    gen = torch.Generator().manual_seed((cfg["seed"] * 1_000_003 + server_round) * 100_003 + pid)
     # Training batches are augmented (cfg: augment, augment-padding, augment-rotation) and
     # normalized on the training device; evaluation data is normalized when loaded.
     transform = TrainTransform(SPECS[cfg["dataset"]], cfg["augment"], cfg["augment-padding"],
                                cfg["augment-rotation"])
     t = time.perf_counter()
     train_x, train_y, _, _ = on_device(data, device)
-    metrics = local_update(model, train_x, train_y, local, gen, transform)
+    down = {k: v for k, v in msg.content.array_records.items() if k != "arrays"}
+    ctx = LocalContext(down=down, state=context.state, server_round=server_round)
+    metrics = local_update(model, train_x, train_y, local, gen, transform, client.parts, ctx)
     metrics["train-seconds"] = time.perf_counter() - t  # local compute only (ends synchronized: .item())
     metrics["num-examples"] = len(data.train_y)
-    content = RecordDict({"arrays": ArrayRecord(model.state_dict()), "metrics": MetricRecord(metrics)})
+    content = RecordDict({"arrays": ArrayRecord(model.state_dict()),
+                          "metrics": MetricRecord(metrics),
+                          **ctx.up})  # the method's extra records (none for most methods)
     return Message(content=content, reply_to=msg)
 
 

@@ -1,16 +1,22 @@
-"""The client's local update (SPEC 1.2), plain PyTorch.
+"""The client's local update (docs/algorithms.md #local-update), plain PyTorch.
 
     opt = SGD(lr, momentum = local_momentum, weight_decay = wd)
     for k in 1..K:
-        loss = alpha * CE(model(x), y) + beta/2 * ||w - phi||^2
-        loss.backward(); clip_grad_norm_(grad_clip); g[l] = P(g[l]) for l in LOCAL-GC; opt.step()
+        loss = alpha * CE(model(x), y) + the loss terms of the method's client parts
+        loss.backward(); the parts' gradient corrections (e.g. FedProx's + beta * (w - phi))
+        clip_grad_norm_(grad_clip); g[l] = P(g[l]) for l in LOCAL-GC; opt.step()
+
+The method's client parts (`methods.ClientPart`) are called through `LocalContext`; this module
+names no method.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -26,7 +32,6 @@ class LocalConfig:
     local_iterations: int = 0  # > 0: exactly this many mini-batches, else local_epochs epochs
     batch_size: int = 32
     alpha: float = 1.0
-    beta: float = 0.0
     grad_clip: float = 0.0
     local_momentum: float = 0.0
     weight_decay: float = 0.0
@@ -51,16 +56,27 @@ def batches(n: int, batch_size: int, steps: int, generator: torch.Generator):
             done += 1
 
 
-def add_proximal_grad_(params: list[torch.Tensor], phi: list[torch.Tensor], beta: float) -> None:
-    """grad += beta * (w - phi): the gradient of beta/2 * ||w - phi||^2."""
-    grads = [p.grad for p in params]
-    torch._foreach_add_(grads, torch._foreach_sub([p.detach() for p in params], phi), alpha=beta)
+@dataclass
+class LocalContext:
+    """What the client parts see (methods.ClientPart): the model and its parameters (set by
+    `local_update`), the records of the train instruction (`down`), the node's persistent state
+    (Flower's Context.state), the round, the learning rate; `up` collects the parts' reply
+    records."""
+
+    down: dict[str, Any] = field(default_factory=dict)
+    state: Any = None
+    server_round: int = 0
+    model: nn.Module | None = None
+    params: list[torch.Tensor] = field(default_factory=list)
+    lr: float = 0.0
+    up: dict[str, Any] = field(default_factory=dict)
 
 
 def local_update(
     model: nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: LocalConfig,
     generator: torch.Generator | None = None,
     transform: Callable[[torch.Tensor, torch.Generator], torch.Tensor] | None = None,
+    parts: Sequence[Any] = (), ctx: LocalContext | None = None,
 ) -> dict[str, float]:
     """Train `model` in place from its current weights (phi); return train loss/accuracy/steps.
 
@@ -70,7 +86,10 @@ def local_update(
     """
     device = next(model.parameters()).device
     params = [p for p in model.parameters()]
-    phi = [p.detach().clone() for p in params] if cfg.beta > 0 else []
+    ctx = ctx if ctx is not None else LocalContext()
+    ctx.model, ctx.params, ctx.lr = model, params, cfg.lr
+    for part in parts:
+        part.begin(ctx)
     local_gc = params[: cfg.local_gc_layers]
     opt = torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.local_momentum,
                           weight_decay=cfg.weight_decay)
@@ -87,9 +106,14 @@ def local_update(
         logits = model(xb)
         ce = F.cross_entropy(logits, yb)
         opt.zero_grad(set_to_none=False)
-        (cfg.alpha * ce).backward()
-        if cfg.beta > 0:
-            add_proximal_grad_(params, phi, cfg.beta)
+        loss = cfg.alpha * ce
+        for part in parts:
+            term = part.loss(ctx, logits, xb, yb)
+            if term is not None:
+                loss = loss + term
+        loss.backward()
+        for part in parts:
+            part.correct_grad_(ctx)
         if cfg.grad_clip > 0:
             nn.utils.clip_grad_norm_(params, cfg.grad_clip)
         for p in local_gc:
@@ -98,6 +122,8 @@ def local_update(
         loss_sum += ce.detach() * len(yb)
         correct += (logits.detach().argmax(1) == yb).sum()
         seen += len(yb)
+    for part in parts:
+        ctx.up.update(part.end(ctx))
     return {
         "train-loss": loss_sum.item() / max(seen, 1),
         "train-acc": correct.item() / max(seen, 1),

@@ -4,7 +4,7 @@ table (`--setups`) or the pyproject section (`--toml`), all from the one definit
 
 import argparse
 
-from .presets import FLOWER_BASELINES, PRESETS
+from .presets import PRESETS
 from .schema import KEYS, KEYS_BY_NAME
 from .setups import load_setup, setup_command, setup_names
 
@@ -19,13 +19,15 @@ def markdown() -> str:
 
 
 def methods() -> str:
+    """The method table, from the methods registry (one module per method)."""
+    import methods as registry
+
     cols = list(next(iter(PRESETS.values())))
-    rows = ["| method | " + " | ".join(f"`{c}`" for c in cols) + " | server update |",
+    rows = ["| method | " + " | ".join(f"`{c}`" for c in cols) + " | paper |",
             "| --- " * (len(cols) + 2) + "|"]
     for name, preset in PRESETS.items():
         cells = [str(v).lower() if isinstance(v, bool) else str(v) for v in preset.values()]
-        server = "Flower's own" if name in FLOWER_BASELINES else "LookaheadFedAvg"
-        rows.append(f"| `{name}` | " + " | ".join(cells) + f" | {server} |")
+        rows.append(f"| `{name}` | " + " | ".join(cells) + f" | {registry.METHODS[name].paper} |")
     return "\n".join(rows)
 
 

@@ -1,29 +1,34 @@
-"""Named methods (SPEC 1.5): the value each preset-controlled key takes under each `method`."""
+"""Named methods (docs/algorithms.md #presets): the value each preset-controlled key takes under
+each `method`, read from the methods registry (`methods`, one module per method)."""
 
 from __future__ import annotations
 
-# lookahead, lam, eta, beta, local-gc, global-gc, aggregation
-_COLUMNS = ("lookahead", "lam", "eta", "beta", "local-gc", "global-gc", "aggregation")
-_TABLE = {
-    #                 lookahead lam   eta   beta  local-gc    global-gc  weights
-    "fedavg":        (False, 0.0,  1.0,  0.0,  "none",     "none", "examples"),   # McMahan 2017
-    "fedprox":       (False, 0.0,  1.0,  0.01, "none",     "none", "examples"),   # Li 2020
-    "fedavgm":       (False, 0.85, 1.0,  0.0,  "none",     "none", "examples"),   # Hsu 2019
-    "fedacg":        (True,  0.85, 1.0,  0.01, "none",     "none", "examples"),   # FedACG Alg. 1
-    "fedagm":        (True,  0.85, 1.0,  0.01, "none",     "none", "examples"),   # FedAGM Alg. 2, eta = tau
-    "localgc":       (False, 0.0,  1.0,  0.0,  "all",      "none", "uniform"),    # GC-Fed
-    "globalgc":      (False, 0.0,  1.0,  0.0,  "none",     "all",  "uniform"),    # GC-Fed
-    "gcfed":         (False, 0.0,  1.0,  0.0,  "features", "all",  "uniform"),    # GC-Fed Alg. 1
-    "fedacg+gcfed":  (True,  0.85, 1.0,  0.01, "features", "all",  "examples"),   # ours: both
-    # Flower's own adaptive server optimizers (FedOpt, Reddi 2021); eta as in FedAGM's Sec. 5.1
-    "fedadam":       (False, 0.0,  0.01, 0.0,  "none",     "none", "examples"),
-    "fedyogi":       (False, 0.0,  0.01, 0.0,  "none",     "none", "examples"),
-    "fedadagrad":    (False, 0.0,  0.01, 0.0,  "none",     "none", "examples"),
-}
+from collections.abc import Iterator, Mapping
+from typing import Any
 
-PRESETS: dict[str, dict[str, object]] = {
-    method: dict(zip(_COLUMNS, row)) for method, row in _TABLE.items()
-}
+import methods
 
-# Methods whose server update is one of Flower's built-in strategies (not rewritten here).
-FLOWER_BASELINES = ("fedadam", "fedyogi", "fedadagrad")
+
+class _Presets(Mapping):
+    """method name -> {preset-controlled key: value}, live over the registry."""
+
+    def __getitem__(self, name: str) -> dict[str, Any]:
+        return methods.preset_of(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(methods.method_names())
+
+    def __len__(self) -> int:
+        return len(methods.METHODS)
+
+
+PRESETS: Mapping[str, dict[str, Any]] = _Presets()
+
+
+def flower_baselines() -> tuple[str, ...]:
+    """Methods whose server update is one of Flower's built-in strategies (not rewritten here)."""
+    return tuple(name for name, m in methods.METHODS.items()
+                 if methods.SERVER_RULES[m.server_rule].sampling == "flower")
+
+
+FLOWER_BASELINES = flower_baselines()

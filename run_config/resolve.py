@@ -8,7 +8,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from .errors import ConfigError
-from .presets import FLOWER_BASELINES, PRESETS
+import methods
+from methods.registry import parse_objective
+
+from .presets import PRESETS
 from .schema import KEYS, KEYS_BY_NAME, PRESET, Key
 from .setups import apply_setup
 
@@ -22,14 +25,15 @@ def _fail(key: Key, value: Any, why: str = "") -> ConfigError:
 def coerce(key: Key, value: Any) -> Any:
     """Return `value` typed for `key`, or raise ConfigError naming the key and what is allowed."""
     if isinstance(value, str) and key.kind is not str:
-        if value in key.choices:
+        if value in key.options():
             return value
         raise _fail(key, value, f"expected {key.kind.__name__}")
     if key.kind is str:
         if not isinstance(value, str):
             raise _fail(key, value, "expected a string (quote it: key='value')")
-        if key.choices and value not in key.choices:
-            close = difflib.get_close_matches(value, key.choices, n=1)
+        options = key.options()
+        if options and value not in options:
+            close = difflib.get_close_matches(value, options, n=1)
             raise _fail(key, value, f"unknown choice{f' (did you mean {close[0]!r}?)' if close else ''}")
         return value
     if key.kind is bool:
@@ -112,10 +116,6 @@ def _check_combinations(cfg: dict[str, Any], explicit: set[str]) -> None:
     acc_at_rounds(cfg)
     target_accs(cfg)
     if cfg["dynamic-replace-prob"] > 0:
-        if cfg["method"] in FLOWER_BASELINES:
-            raise ConfigError(
-                f"run config 'dynamic-replace-prob' > 0 cannot be combined with method "
-                f"'{cfg['method']}' (Flower's own strategy); use one of our methods or set it to 0.")
         if cfg["dynamic-pool-factor"] <= 1:
             raise ConfigError(
                 "run config 'dynamic-replace-prob' > 0 needs fresh partitions to hand out: set "
@@ -142,18 +142,37 @@ def _check_combinations(cfg: dict[str, Any], explicit: set[str]) -> None:
             f"run config 'run-name' = '{cfg['run-name']}' must be a plain folder name (no '/', "
             "'\\', '.' or '..'): it names the run's folder under out-dir."
         )
-    if cfg["resume"] and cfg["method"] in FLOWER_BASELINES:
+    _check_parts(cfg, explicit)
+
+
+def _check_parts(cfg: dict[str, Any], explicit: set[str]) -> None:
+    """Refuse, before the run starts, parts that cannot work together (each message names both
+    parts) and keys set for a part that the run does not use."""
+    names = parse_objective(cfg["client-objective"])
+    unknown = [p for p in names if p not in methods.CLIENT_PARTS]
+    if unknown or not cfg["client-objective"].strip():
         raise ConfigError(
-            f"run config 'resume' cannot be combined with method '{cfg['method']}': Flower's own "
-            "strategies keep optimizer state and sample nodes in ways a checkpoint does not "
-            "restore. Resume works for every other method."
-        )
-    if cfg["method"] in FLOWER_BASELINES:
-        server_keys = {"lookahead": False, "lam": 0.0, "global-gc": "none", "aggregation": "examples"}
-        for name, needed in server_keys.items():
-            if name in explicit and cfg[name] != needed:
-                raise ConfigError(
-                    f"run config '{name}' = {cfg[name]!r} cannot be combined with method "
-                    f"'{cfg['method']}': that server update is Flower's own and supports only "
-                    f"{name} = {needed!r}. Use one of our methods (e.g. fedacg) to combine knobs."
-                )
+            f"run config 'client-objective' = '{cfg['client-objective']}': unknown client part(s) "
+            f"{unknown}; allowed: 'none', 'preset' or a comma-separated list of "
+            f"{', '.join(repr(p) for p in methods.client_part_names())}.")
+    rule = methods.SERVER_RULES[cfg["server-rule"]]
+    parts = [methods.CLIENT_PARTS[p] for p in parse_objective(cfg["client-objective"])]
+    used = set(rule.keys).union(*(p.keys for p in parts))
+    owners = {}
+    for part in [*methods.SERVER_RULES.values(), *methods.CLIENT_PARTS.values()]:
+        for key in part.keys:
+            owners.setdefault(key, []).append(part)
+    problems = methods.check_parts(cfg)
+    if problems:
+        raise ConfigError("run config: these parts cannot work together: " + "; ".join(problems)
+                          + ". Choose other parts or switches.")
+    base = methods.BASE_PRESET
+    for name in sorted(explicit):
+        if name in owners and name not in used and cfg[name] != base.get(name, cfg[name]):
+            names = ", ".join(f"'{p.name}'" for p in owners[name])
+            raise ConfigError(
+                f"run config '{name}' = {cfg[name]!r} is a knob of {names}, which this run does "
+                f"not use (server-rule '{cfg['server-rule']}': {rule.summary or rule.__doc__}; "
+                f"client-objective "
+                f"'{cfg['client-objective']}'): drop it, or choose a server-rule / "
+                "client-objective that has it.")

@@ -7,8 +7,11 @@ pyproject.toml (a test keeps them equal) and the README's key table
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+import methods
 
 PRESET = "preset"  # value of a preset-controlled key that means "take it from `method`"
 
@@ -28,6 +31,12 @@ class Key:
     # May differ between a checkpoint's config and the config that resumes it (operational keys
     # that do not change the maths); every other key must be equal.
     resume_may_differ: bool = False
+    # Allowed strings read from the methods registry when asked (methods may be registered after
+    # this module is imported, e.g. by a test); added to `choices`.
+    registry: Callable[[], tuple[str, ...]] | None = None
+
+    def options(self) -> tuple[str, ...]:
+        return self.choices + (self.registry() if self.registry else ())
 
     @property
     def preset(self) -> bool:
@@ -36,7 +45,8 @@ class Key:
     def allowed(self) -> str:
         """Human-readable description of the allowed values."""
         if self.kind is str:
-            return " | ".join(f"'{c}'" for c in self.choices) if self.choices else "any string"
+            options = self.options()
+            return " | ".join(f"'{c}'" for c in options) if options else "any string"
         parts = []
         if self.kind is bool:
             parts.append("true | false")
@@ -50,11 +60,7 @@ class Key:
         return " | ".join(parts)
 
 
-METHODS = (
-    "fedavg", "fedprox", "fedavgm", "fedacg", "fedagm",
-    "localgc", "globalgc", "gcfed", "fedacg+gcfed",
-    "fedadam", "fedyogi", "fedadagrad",
-)
+METHODS = methods.method_names()  # the built-in methods; `methods.method_names()` is the live list
 
 # Choices of the data and model keys; tests keep them equal to feddata.SPECS, feddata.PARTITIONERS,
 # feddata.AUGMENTATIONS and models.MODELS (written out here so this module needs no torch).
@@ -72,7 +78,11 @@ KEYS: tuple[Key, ...] = (
         "file): its method and values replace every key still at its default; '' = none.",
         "server"),
     Key("method", str, "auto", "Named method (SPEC 1.5); sets every key whose value is 'preset'. "
-        "'auto' = the set-up's method, else fedacg.", "server", choices=("auto",) + METHODS),
+        "'auto' = the set-up's method, else fedacg.", "server", choices=("auto",),
+        registry=methods.method_names),
+    Key("server-rule", str, "preset", "How the replies and the server state become the next "
+        "theta (docs/extending.md): the method's own, or another method's rule.", "server",
+        choices=("preset",), registry=methods.server_rule_names),
     Key("lookahead", bool, PRESET, "Broadcast phi = theta + lam*m instead of theta (FedACG/FedAGM).",
         "server", choices=_P),
     Key("lam", float, PRESET, "Server momentum / look-ahead coefficient lambda.",
@@ -86,6 +96,9 @@ KEYS: tuple[Key, ...] = (
     Key("fedopt-tau", float, 1e-3, "Adaptivity tau of fedadam/fedyogi/fedadagrad (Flower's FedOpt).",
         "server", low=0.0, low_open=True),
     # --- local update (SPEC 1.2) ---
+    Key("client-objective", str, "preset", "The client parts (loss terms, gradient corrections) "
+        "added to alpha * CE, comma-separated in the order applied; 'none' = plain CE; "
+        "'preset' = the method's. Known parts: see docs/extending.md.", "client"),
     Key("beta", float, PRESET, "Proximal coefficient: loss += beta/2 * ||w - phi||^2 (FedProx mu).",
         "client", choices=_P, low=0.0),
     Key("alpha", float, 1.0, "Weight of the cross-entropy term (FedAGM's alpha).",

@@ -20,7 +20,7 @@ from feddata import load_test_data, spec_of
 from feddata.summary import format_summary, partition_summary
 from models import build_model
 from run_config import load_setup, resolve
-from strategies import LookaheadFedAvg, build_strategy, client_train_config
+from strategies import build_strategy
 
 from .checkpoint import (check_resumable, find_checkpoint, load_checkpoint, save_checkpoint,
                          set_rng_state)
@@ -92,29 +92,28 @@ def main(grid: Grid, context: Context) -> None:
         initial_arrays=ArrayRecord(model.state_dict()),
         num_rounds=cfg["num-server-rounds"],
         timeout=cfg["round-timeout"],
-        train_config=client_train_config(cfg, model),
+        train_config=ConfigRecord(),  # the clients read their settings from the run config
         evaluate_config=ConfigRecord(),
         evaluate_fn=recorder.evaluate_fn,
     )
-    if isinstance(strategy, LookaheadFedAvg):
-        if checkpoint is not None:
-            strategy.load_state_dict(checkpoint["strategy"])
-            recorder.restore(checkpoint["rows"])
-            set_rng_state(checkpoint["rng"])
-            run["first_round"] = checkpoint["round"] + 1
+    if checkpoint is not None:  # (the config check refused rules that cannot resume)
+        strategy.load_state_dict(checkpoint["strategy"])
+        recorder.restore(checkpoint["rows"])
+        set_rng_state(checkpoint["rng"])
+        run["first_round"] = checkpoint["round"] + 1
+    every = cfg["checkpoint-every"]
+    if every and "resume" not in strategy.rule.supports:
+        log(INFO, "No checkpoints: server-rule %s keeps state that is not saved (%s).",
+            cfg["server-rule"], strategy.rule.summary)
+        every = 0
 
-        def round_end(server_round: int, arrays: ArrayRecord) -> None:
-            every, last = cfg["checkpoint-every"], server_round == cfg["num-server-rounds"]
-            if every and (server_round % every == 0 or last):
-                path = save_checkpoint(run_dir, server_round, cfg, strategy.state_dict(), recorder.rows)
-                log(INFO, "Checkpoint of round %d: %s", server_round, path)
+    def round_end(server_round: int, arrays: ArrayRecord) -> None:
+        if every and (server_round % every == 0 or server_round == cfg["num-server-rounds"]):
+            path = save_checkpoint(run_dir, server_round, cfg, strategy.state_dict(),
+                                   recorder.rows)
+            log(INFO, "Checkpoint of round %d: %s", server_round, path)
 
-        result = strategy.start(**run, round_end_fn=round_end)
-    else:  # Flower's own FedOpt family: Flower's loop, no checkpoints (resume is refused for it)
-        if cfg["checkpoint-every"]:
-            log(INFO, "No checkpoints for method %s: Flower's own strategy state is not saved.",
-                cfg["method"])
-        result = strategy.start(**run)
+    result = strategy.start(**run, round_end_fn=round_end)
     final = result.arrays if len(result.arrays) else ArrayRecord(model.state_dict())
     torch.save(final.to_torch_state_dict(), run_dir / "final_model.pt")
     summary = recorder.finish()

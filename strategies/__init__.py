@@ -1,7 +1,22 @@
-"""Server strategies: one FedAvg subclass for every SPEC 1.5 method, Flower's FedOpt baselines."""
+"""The server side: the round loop (`round_loop`), node sampling and identity (`nodes`), reply
+screening (`reply_screen`), the server maths in plain PyTorch (`server_update`), and the
+strategy built from a method's parts (`factory`). Imported lazily, so that `methods` can use
+`strategies.server_update` without a cycle."""
 
-from .factory import build_strategy, client_train_config
-from .lookahead_fedavg import LookaheadFedAvg, NodeWaitTimeout, RoundConfig
+from __future__ import annotations
 
-__all__ = ["LookaheadFedAvg", "NodeWaitTimeout", "RoundConfig", "build_strategy",
-           "client_train_config"]
+import importlib
+
+_EXPORTS = {
+    "build_strategy": "factory", "LookaheadFedAvg": "factory", "MethodStrategy": "round_loop",
+    "RoundConfig": "round_loop", "Nodes": "nodes", "NodeWaitTimeout": "nodes",
+    "wait_for_nodes": "nodes",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -6,7 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from client_app.local_update import LocalConfig, add_proximal_grad_, local_update
+from client_app.local_update import LocalConfig, local_update
+from methods.fedprox import ProximalTerm, add_proximal_grad_
 from models import build_model
 from models.centralization import borderline_index
 
@@ -78,9 +79,8 @@ def test_one_and_two_sgd_steps_by_hand():
            for j in range(2)] for i in range(2)]
     b2 = [b1[i] - lr * (alpha * gb[i] + beta * (b1[i] - b0[i]) + wd * b1[i]) for i in range(2)]
 
-    cfg = LocalConfig(lr=lr, local_iterations=2, batch_size=1, alpha=alpha, beta=beta,
-                      weight_decay=wd)
-    out = local_update(model, x, y, cfg)
+    cfg = LocalConfig(lr=lr, local_iterations=2, batch_size=1, alpha=alpha, weight_decay=wd)
+    out = local_update(model, x, y, cfg, parts=[ProximalTerm({"beta": beta})])
     assert torch.allclose(model.weight, torch.tensor(W2), atol=1e-6)
     assert torch.allclose(model.bias, torch.tensor(b2), atol=1e-6)
     assert out["local-steps"] == 2

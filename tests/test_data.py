@@ -23,14 +23,18 @@ def max_class_share(parts):
     return float(np.mean([np.bincount(p, minlength=10).max() / len(p) for p in parts]))
 
 
-def test_dirichlet_balanced_equal_sizes_and_skew_grows_as_alpha_falls():
+@pytest.mark.parametrize("seed", [0, 42, 7])
+def test_dirichlet_balanced_equal_sizes_and_skew_grows_as_alpha_falls(seed):
+    # A property for any seed: the skew grows as alpha falls, and alpha = 100 is close to the
+    # 10% of a uniform class mix. (A fixed cut between alpha = 100 and 1 failed at seed 42.)
     shares = {}
     for alpha in (100.0, 1.0, 0.1):
-        parts = labels_of(resolve({"partitioner": "dirichlet-balanced", "dirichlet-alpha": alpha}), 10)
+        parts = labels_of(resolve({"partitioner": "dirichlet-balanced", "dirichlet-alpha": alpha,
+                                   "seed": seed}), 10)
         assert len({len(p) for p in parts}) == 1 and len(parts[0]) == 1437 // 10
         assert len(np.unique(np.concatenate(parts))) == 10
         shares[alpha] = max_class_share(parts)
-    assert shares[100.0] < 0.25 < shares[1.0] < shares[0.1], shares
+    assert shares[100.0] < 0.2 and shares[100.0] < shares[1.0] < shares[0.1], shares
 
 
 def test_lda_unequal_sizes_with_the_minimum():

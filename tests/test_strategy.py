@@ -72,7 +72,7 @@ def test_fedacg_two_rounds_by_hand():
     phis = {r: p["w"].tolist() for r, _, p in seen}
     assert phis == {1: [1.0, 2.0], 2: [1.375, 4.25]}
     assert theta["w"].tolist() == [1.625, 5.75]
-    assert strategy.m["w"].tolist() == [0.375, 2.25]
+    assert strategy.state_dict()["m"]["w"].tolist() == [0.375, 2.25]
 
 
 def test_server_step_eta_scales_the_update():

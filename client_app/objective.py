@@ -1,0 +1,67 @@
+"""The client's settings, made once per process from the run config: the local update's knobs
+(`LocalConfig`) and the method's client parts (`methods`, from the `client-objective` key).
+
+The run config is the one source: the server's train instructions carry only what changes per
+round (the decayed `lr`, `server-round`, with dynamic clients the partition to train on) and the
+method's extra records.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from torch import nn
+
+import methods
+from methods.registry import parse_objective
+from models.centralization import borderline_index
+from run_config import resolve
+
+from .local_update import LocalConfig
+
+
+@dataclass(frozen=True)
+class ClientSettings:
+    cfg: dict[str, Any]  # the resolved run config
+    parts: tuple  # the method's client parts (methods.ClientPart instances), in config order
+
+    def local_config(self, model: nn.Module, lr: float) -> LocalConfig:
+        return local_config(self.cfg, model, lr)
+
+
+def local_gc_layers(cfg: dict[str, Any], model: nn.Module) -> int:
+    """How many leading parameter tensors get local GC (local GC sets are always a prefix)."""
+    if cfg["local-gc"] == "none":
+        return 0
+    if cfg["local-gc"] == "all":
+        return len(list(model.parameters()))
+    return borderline_index(model, cfg["gc-borderline"])  # "features": before the borderline
+
+
+def local_config(cfg: dict[str, Any], model: nn.Module, lr: float) -> LocalConfig:
+    return LocalConfig(
+        lr=lr, local_epochs=cfg["local-epochs"], local_iterations=cfg["local-iterations"],
+        batch_size=cfg["batch-size"], alpha=cfg["alpha"], grad_clip=cfg["grad-clip"],
+        local_momentum=cfg["local-momentum"], weight_decay=cfg["weight-decay"],
+        local_gc_layers=local_gc_layers(cfg, model), gc_vectors=cfg["gc-vectors"],
+    )
+
+
+def client_parts(cfg: dict[str, Any]) -> tuple:
+    """The client parts `client-objective` names, built from the resolved config."""
+    names = parse_objective(cfg["client-objective"])
+    return tuple(methods.CLIENT_PARTS[name](cfg) for name in names)
+
+
+@functools.lru_cache(maxsize=8)
+def _settings(frozen: tuple) -> ClientSettings:
+    cfg = resolve(dict(frozen))
+    return ClientSettings(cfg, client_parts(cfg))
+
+
+def settings(run_config: Mapping[str, Any]) -> ClientSettings:
+    """The settings of this run (resolved once per process and run config)."""
+    return _settings(tuple(sorted(run_config.items())))

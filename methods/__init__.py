@@ -1,0 +1,23 @@
+"""The methods: one module per method, gathered in one registry (docs/extending.md).
+
+A method module declares a `Method` (name, paper, server rule, client parts, preset values) and
+the parts it adds, and registers them with `register`. The run config's allowed `method`,
+`server-rule` and `client-objective` values, the presets and the docs' method table all come
+from here; the strategy and the ClientApp build their parts from here and never name a method.
+"""
+
+from __future__ import annotations
+
+from .parts import ClientPart, Config, Method, ServerRule
+from .registry import (BASE_PRESET, CLIENT_PARTS, METHODS, SERVER_RULES, check_parts,
+                       client_part_names, method_names, preset_of, register, server_rule_names,
+                       unregister)
+
+# The built-in methods (each module registers itself on import).
+from . import fedavg, fedprox, fedavgm, fedacg, fedagm  # noqa: E402,F401,I001
+from . import localgc, globalgc, gcfed, fedacg_gcfed  # noqa: E402,F401
+from . import fedadam, fedyogi, fedadagrad  # noqa: E402,F401
+
+__all__ = ["BASE_PRESET", "CLIENT_PARTS", "ClientPart", "Config", "METHODS", "Method",
+           "SERVER_RULES", "ServerRule", "check_parts", "client_part_names", "method_names",
+           "preset_of", "register", "server_rule_names", "unregister"]

@@ -1,0 +1,79 @@
+"""Flower's own adaptive server optimizers (FedOpt, Reddi et al. 2021,
+https://arxiv.org/abs/2003.00295) as server rules: the maths is Flower's `FedAdam`, `FedYogi` and
+`FedAdagrad` (their `aggregate_train`), never copied here. Nodes are sampled as Flower samples
+them; their optimizer state is Flower's, not checkpointed, so resume and dynamic clients are
+refused for them (`supports` is empty).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from flwr.serverapp.exception import AggregationError, InconsistentMessageReplies
+from flwr.serverapp.strategy import FedAdagrad, FedAdam, FedYogi
+
+from strategies.server_update import State
+
+from .parts import ServerRule
+from .registry import register
+
+
+class FlowerFedOpt(ServerRule):
+    """One of Flower's FedOpt strategies, used for its server update only."""
+
+    flower_class: ClassVar[type] = FedAdam
+    keys = ("eta", "fedopt-tau")
+    sampling = "flower"
+    summary = "Flower's own FedOpt strategy: no look-ahead, global GC, uniform weights, resume"
+
+    def __init__(self, cfg, model) -> None:
+        super().__init__(cfg, model)
+        self.flower = self.flower_class(eta=cfg["eta"], tau=cfg["fedopt-tau"])
+        self._theta_record = None
+
+    def describe(self) -> str:
+        return f"{self.name}: Flower's {self.flower_class.__name__} (eta={self.flower.eta}, " \
+               f"tau={self.flower.tau})"
+
+    def start(self, theta_record) -> None:
+        self._theta_record = theta_record
+
+    def theta_record(self):
+        return self._theta_record
+
+    def broadcast(self, server_round: int):
+        # Flower's FedOpt.configure_train keeps the broadcast arrays for its update
+        self.flower.current_arrays = {k: a.numpy() for k, a in self._theta_record.items()}
+        return self._theta_record, dict(self._theta_record.to_torch_state_dict())
+
+    def aggregate(self, server_round: int, good: list, phi: State, up: list):
+        try:
+            arrays, _ = self.flower.aggregate_train(server_round, [msg for msg, _, _ in good])
+        except (InconsistentMessageReplies, AggregationError, ArithmeticError, ValueError) as err:
+            return None, f"Flower's aggregation refused the replies: {err}"
+        if arrays is None:
+            return None, "Flower's aggregation returned no model"
+        self._theta_record = arrays
+        return arrays, None
+
+    def state_dict(self) -> dict:
+        raise NotImplementedError(f"server rule '{self.name}' (Flower's own optimizer state) "
+                                  "cannot be checkpointed; set checkpoint-every = 0")
+
+
+class FlowerFedAdam(FlowerFedOpt):
+    """Flower's FedAdam."""
+    name, flower_class = "fedadam", FedAdam
+
+
+class FlowerFedYogi(FlowerFedOpt):
+    """Flower's FedYogi."""
+    name, flower_class = "fedyogi", FedYogi
+
+
+class FlowerFedAdagrad(FlowerFedOpt):
+    """Flower's FedAdagrad."""
+    name, flower_class = "fedadagrad", FedAdagrad
+
+
+register(FlowerFedAdam, FlowerFedYogi, FlowerFedAdagrad)

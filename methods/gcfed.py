@@ -1,0 +1,14 @@
+"""GC-Fed: local GC before the borderline, global GC on the aggregated update, uniform weights
+(docs/algorithms.md #gradient-centralization, #gc-layer-sets)."""
+
+from . import momentum  # noqa: F401  (registers the server rule)
+from .parts import Method
+from .registry import register
+
+register(Method(
+    'gcfed',
+    'Seo et al. GC-Fed: '
+    'Gradient Centralized Federated Learning with Partial Client Participation, Alg. 1',
+    "momentum", (),
+    {"local-gc": 'features', "global-gc": 'all', "aggregation": 'uniform'},
+))

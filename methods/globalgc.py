@@ -1,0 +1,14 @@
+"""GC-Fed's 'Global GC only': the aggregated update centralized on the server, uniform weights
+(docs/algorithms.md #gradient-centralization)."""
+
+from . import momentum  # noqa: F401  (registers the server rule)
+from .parts import Method
+from .registry import register
+
+register(Method(
+    'globalgc',
+    'Seo et al. GC-Fed: '
+    "Gradient Centralized Federated Learning with Partial Client Participation, 'Global GC only'",
+    "momentum", (),
+    {"global-gc": 'all', "aggregation": 'uniform'},
+))

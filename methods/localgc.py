@@ -1,0 +1,14 @@
+"""GC-Fed's 'Local GC only': every gradient centralized on the client, uniform weights
+(docs/algorithms.md #gradient-centralization)."""
+
+from . import momentum  # noqa: F401  (registers the server rule)
+from .parts import Method
+from .registry import register
+
+register(Method(
+    'localgc',
+    'Seo et al. GC-Fed: '
+    "Gradient Centralized Federated Learning with Partial Client Participation, 'Local GC only'",
+    "momentum", (),
+    {"local-gc": 'all', "aggregation": 'uniform'},
+))

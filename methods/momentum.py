@@ -1,0 +1,117 @@
+"""The server rule of FedAvg, FedAvgM, FedACG, FedAGM and the GC-Fed family
+(docs/algorithms.md #server-round), on the plain-PyTorch maths of `strategies.server_update`:
+
+    phi   = theta + lam * m            if lookahead else theta
+    d     = sum_i w_i * w_i_K - phi
+    d[l]  = P(d[l])                    for l in the global-GC set
+    m     = lam * m + eta * d;  theta = theta + m
+
+lam = 0, eta = 1, no global GC: FedAvg. lookahead = False, lam > 0: FedAvgM.
+lookahead = True: FedACG (FedAGM with eta = tau).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from flwr.app import ArrayRecord
+
+from strategies.server_update import (State, aggregate_update, client_weights, global_gc_,
+                                      lookahead, server_step_)
+
+from .parts import ServerRule
+from .registry import register
+
+
+class MomentumRule(ServerRule):
+    """Look-ahead broadcast, weighted mean of the updates, global GC, server momentum and step."""
+
+    name = "momentum"
+    keys = ("lookahead", "lam", "eta", "aggregation", "global-gc", "gc-vectors", "gc-borderline")
+    supports = frozenset({"lookahead", "global-gc", "aggregation=uniform", "dynamic-clients",
+                          "resume"})
+    summary = "look-ahead broadcast, server momentum, global GC (docs/algorithms.md#server-round)"
+
+    def __init__(self, cfg, model) -> None:
+        from models.centralization import gc_layer_names
+
+        super().__init__(cfg, model)
+        self.setup(lam=cfg["lam"], eta=cfg["eta"], lookahead=cfg["lookahead"],
+                   aggregation=cfg["aggregation"], gc_vectors=cfg["gc-vectors"],
+                   global_gc_layers=gc_layer_names(model, cfg["global-gc"], cfg["gc-borderline"]))
+
+    @classmethod
+    def with_values(cls, **values) -> MomentumRule:
+        """The rule from keyword values (see `setup`) instead of a run config."""
+        rule = cls.__new__(cls)
+        rule.cfg = {}
+        rule.setup(**values)
+        return rule
+
+    def setup(self, *, lam: float = 0.0, eta: float = 1.0, lookahead: bool = False,
+              aggregation: str = "examples", global_gc_layers: Sequence[str] = (),
+              gc_vectors: str = "center") -> None:
+        if not 0 <= lam < 1:
+            raise ValueError(f"lam must be in [0, 1), got {lam}")
+        self.lam, self.eta, self.lookahead = lam, eta, lookahead
+        self.aggregation = aggregation
+        self.global_gc_layers = list(global_gc_layers)
+        self.gc_vectors = gc_vectors
+        self.theta: State | None = None  # global model
+        self.m: State | None = None  # server momentum
+        self.phi: State | None = None  # last broadcast point
+        self._theta_record: ArrayRecord | None = None
+
+    def describe(self) -> str:
+        return (f"momentum: lookahead={self.lookahead} lam={self.lam} eta={self.eta} "
+                f"aggregation={self.aggregation} "
+                f"global-GC on {len(self.global_gc_layers)} tensors")
+
+    def start(self, theta_record: ArrayRecord) -> None:
+        self.theta = dict(theta_record.to_torch_state_dict())
+        self.m = {k: torch.zeros_like(v) for k, v in self.theta.items() if v.is_floating_point()}
+        self.phi = None
+        self._theta_record = theta_record
+
+    def theta_record(self) -> ArrayRecord:
+        return self._theta_record
+
+    def broadcast(self, server_round: int) -> tuple[ArrayRecord, State]:
+        if self.lookahead and self.lam > 0:
+            self.phi = lookahead(self.theta, self.m, self.lam)
+            return ArrayRecord(self.phi), self.phi
+        self.phi = self.theta
+        return self._theta_record, self.phi
+
+    def aggregate(self, server_round: int, good: list, phi: State, up: list):
+        n = [weight for _, _, weight in good]
+        if self.aggregation == "examples" and sum(n) <= 0:
+            return None, "the good replies report no training examples"
+        d = aggregate_update(phi, [model for _, model, _ in good],
+                             client_weights(n, self.aggregation))
+        global_gc_(d, self.global_gc_layers, self.gc_vectors)
+        server_step_(self.theta, self.m, d, self.lam, self.eta)
+        for k, v in good[0][1].items():  # non-float buffers: from the first reply
+            if not v.is_floating_point():
+                self.theta[k] = v
+        self._theta_record = ArrayRecord(self.theta)
+        return self._theta_record, None
+
+    def state_dict(self) -> dict[str, Any]:
+        copy = lambda state: {k: v.clone() for k, v in state.items()}  # noqa: E731
+        return {"theta": copy(self.theta), "m": copy(self.m),
+                "phi": copy(self.phi if self.phi is not None else self.theta)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        missing = [k for k in ("theta", "m", "phi") if k not in state]
+        if missing:
+            raise ValueError(f"the checkpoint lacks the momentum rule's state {missing}")
+        self.theta = {k: v.clone() for k, v in state["theta"].items()}
+        self.m = {k: v.clone() for k, v in state["m"].items()}
+        self.phi = {k: v.clone() for k, v in state["phi"].items()}
+        self._theta_record = ArrayRecord(self.theta)
+
+
+register(MomentumRule)

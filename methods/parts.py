@@ -1,0 +1,129 @@
+"""What a method is made of: client parts (loss terms, gradient corrections, per-client state,
+extra payloads) and one server rule. A method module declares a `Method` naming its parts and
+preset values; `methods.registry` gathers them. docs/extending.md shows how to add one.
+
+Nothing here imports torch or Flower: the run config reads the registry without them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+Config = dict[str, Any]  # a resolved run config (run_config.resolve)
+
+
+class ClientPart:
+    """One part of the client objective of the local update (docs/algorithms.md
+    #local-update). Every hook is optional; the local update calls, in this order:
+
+    begin(ctx)                       once per local update, model at phi, before the first step
+    loss(ctx, logits, x, y)          each step: a tensor added to alpha * CE before backward
+    correct_grad_(ctx)               each step: in place on the gradients, after backward and
+                                     before clipping, local GC and the optimizer step
+    end(ctx) -> {name: ArrayRecord}  after the last step: records added to the reply (`up`)
+
+    `ctx` is a `client_app.objective.LocalContext`: the model, its parameters, the received
+    records (`down`), the node's persistent state (`ctx.state`, the node's Flower
+    Context.state: a RecordDict kept across rounds), the round and the learning rate.
+    """
+
+    name: ClassVar[str] = ""
+    keys: ClassVar[tuple[str, ...]] = ()  # run-config keys this part reads (its knobs)
+    down: ClassVar[tuple[str, ...]] = ()  # records it needs in the train instruction
+    up: ClassVar[tuple[str, ...]] = ()  # records it adds to the reply
+    # Keeps per-client state across rounds in the node's Context.state. A fresh run starts it
+    # anew; a resumed run cannot restore it (it lives on the nodes), so resume is refused.
+    client_state: ClassVar[bool] = False
+
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+
+    def begin(self, ctx) -> None:
+        pass
+
+    def loss(self, ctx, logits, x, y):
+        return None
+
+    def correct_grad_(self, ctx) -> None:
+        pass
+
+    def end(self, ctx) -> dict:
+        return {}
+
+    # which hooks a subclass overrides (the local update skips the others)
+    @classmethod
+    def has(cls, hook: str) -> bool:
+        return getattr(cls, hook) is not getattr(ClientPart, hook)
+
+
+class ServerRule:
+    """How the screened replies and the server state turn into the next theta
+    (docs/algorithms.md #server-round). The round loop calls, each round:
+
+    start(theta_record)               once, on a fresh run (theta_0)
+    broadcast(round) -> ArrayRecord   the point phi the sampled clients start from
+    down_records(round) -> {name: ArrayRecord}   extra records of the train instruction
+    aggregate(round, good, phi, up) -> (ArrayRecord | None, skip reason | None)
+                                      good: [(reply Message, its model as name -> tensor, n_i)],
+                                      screened and in a stable order; up: per good reply, its
+                                      records named in `up` ({name: ArrayRecord})
+    theta_record() -> ArrayRecord     the current theta (after start, aggregate, load_state_dict)
+    state_dict() / load_state_dict()  everything the rule needs to resume exactly (checkpoints)
+    """
+
+    name: ClassVar[str] = ""
+    keys: ClassVar[tuple[str, ...]] = ()  # run-config keys this rule reads
+    down: ClassVar[tuple[str, ...]] = ()  # records it adds to the train instruction
+    up: ClassVar[tuple[str, ...]] = ()  # records it needs in every reply
+    # the config switches it implements (others must stay off): 'lookahead', 'global-gc',
+    # 'aggregation=uniform', 'dynamic-clients', 'resume'
+    supports: ClassVar[frozenset[str]] = frozenset()
+    # 'seeded': the strategy's own RNG over nodes in partition-id order (same partitions in every
+    # run, resumable); 'flower': Flower's own sample_nodes with Python's global `random`.
+    sampling: ClassVar[str] = "seeded"
+    summary: ClassVar[str] = ""  # one line for the method table
+
+    def __init__(self, cfg: Config, model) -> None:
+        self.cfg = cfg
+
+    def describe(self) -> str:
+        """The rule and its settings, for the log."""
+        return self.name
+
+    def start(self, theta_record) -> None:
+        raise NotImplementedError
+
+    def broadcast(self, server_round: int):
+        raise NotImplementedError
+
+    def down_records(self, server_round: int) -> dict:
+        return {}
+
+    def aggregate(self, server_round: int, good: list, phi: dict, up: list):
+        raise NotImplementedError
+
+    def theta_record(self):
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class Method:
+    """A named method: its paper, its server rule, its client parts and preset values.
+
+    `preset` gives the value of every preset-controlled key (run_config.schema: `'preset'`) under
+    this method; `server_rule` and `client_parts` are the defaults of the `server-rule` and
+    `client-objective` keys, both overridable from the config.
+    """
+
+    name: str
+    paper: str  # reference (with a link) for the method table
+    server_rule: str
+    client_parts: tuple[str, ...] = ()
+    preset: dict[str, Any] = field(default_factory=dict)

@@ -1,0 +1,118 @@
+"""The one registry of methods, server rules and client parts, and the check that a combination
+of them can work (before the run starts)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .parts import ClientPart, Method, ServerRule
+
+METHODS: dict[str, Method] = {}
+SERVER_RULES: dict[str, type[ServerRule]] = {}
+CLIENT_PARTS: dict[str, type[ClientPart]] = {}
+
+# The value of every preset-controlled key when a method does not set it: plain FedAvg
+# (docs/algorithms.md #presets).
+BASE_PRESET: dict[str, Any] = {
+    "lookahead": False, "lam": 0.0, "eta": 1.0, "beta": 0.0, "local-gc": "none",
+    "global-gc": "none", "aggregation": "examples",
+}
+
+
+class RegistryError(ValueError):
+    """A method or part that clashes with a registered one, or names an unknown part."""
+
+
+def register(*items: Method | type[ServerRule] | type[ClientPart]) -> None:
+    """Register methods, server rules and client parts (a name may be registered once; the same
+    object again is a no-op, so a module may be imported twice)."""
+    for item in items:
+        if isinstance(item, Method):
+            table, name = METHODS, item.name
+        elif isinstance(item, type) and issubclass(item, ServerRule):
+            table, name = SERVER_RULES, item.name
+        elif isinstance(item, type) and issubclass(item, ClientPart):
+            table, name = CLIENT_PARTS, item.name
+        else:
+            raise RegistryError(f"cannot register {item!r}: not a Method, ServerRule or "
+                                "ClientPart")
+        if not name or name in ("preset", "auto", "none") or "," in name:
+            raise RegistryError(f"{item!r} needs a name other than '', 'preset', 'auto', 'none'")
+        if table.get(name, item) is not item and table[name] != item:
+            raise RegistryError(f"'{name}' is registered already ({table[name]!r})")
+        table[name] = item
+    for method in (i for i in items if isinstance(i, Method)):
+        unknown = [p for p in (method.server_rule,) if p not in SERVER_RULES]
+        unknown += [p for p in method.client_parts if p not in CLIENT_PARTS]
+        if unknown:
+            raise RegistryError(f"method '{method.name}' names unregistered parts {unknown}: "
+                                "register them first")
+
+
+def unregister(*items: Method | type[ServerRule] | type[ClientPart]) -> None:
+    """Remove registered items (tests that add a method for their own duration)."""
+    for table in (METHODS, SERVER_RULES, CLIENT_PARTS):
+        for name in [n for n, v in table.items() if any(v is i for i in items)]:
+            del table[name]
+
+
+def method_names() -> tuple[str, ...]:
+    return tuple(METHODS)
+
+
+def server_rule_names() -> tuple[str, ...]:
+    return tuple(SERVER_RULES)
+
+
+def client_part_names() -> tuple[str, ...]:
+    return tuple(CLIENT_PARTS)
+
+
+def preset_of(name: str) -> dict[str, Any]:
+    """The value of every preset-controlled key under method `name` (parts included)."""
+    method = METHODS[name]
+    return {**BASE_PRESET, **method.preset, "server-rule": method.server_rule,
+            "client-objective": ",".join(method.client_parts) or "none"}
+
+
+def parse_objective(value: str) -> tuple[str, ...]:
+    """'none' or a comma-separated list of client part names -> the names."""
+    names = tuple(v for v in value.replace(" ", "").split(",") if v)
+    return () if names == ("none",) else names
+
+
+def check_parts(cfg: dict[str, Any]) -> list[str]:
+    """Why this combination of server rule, client parts and switches cannot work (one message
+    per conflict, each naming both parts); empty when it can."""
+    rule = SERVER_RULES[cfg["server-rule"]]
+    parts = [CLIENT_PARTS[p] for p in parse_objective(cfg["client-objective"])]
+    problems = []
+    sent_up = {r for p in parts for r in p.up}
+    for record in rule.up:
+        if record not in sent_up:
+            problems.append(f"server-rule '{rule.name}' needs the record '{record}' in every "
+                            f"reply, and no part of client-objective '{cfg['client-objective']}' "
+                            "sends it")
+    for part in parts:
+        for record in part.down:
+            if record not in rule.down:
+                problems.append(f"client part '{part.name}' needs the record '{record}' from the "
+                                f"server, and server-rule '{rule.name}' does not send it")
+    switches = {  # switch -> (on?, how the config turns it on)
+        "lookahead": (cfg["lookahead"], "'lookahead' = true"),
+        "global-gc": (cfg["global-gc"] != "none", f"'global-gc' = '{cfg['global-gc']}'"),
+        "aggregation=uniform": (cfg["aggregation"] == "uniform", "'aggregation' = 'uniform'"),
+        "dynamic-clients": (cfg["dynamic-replace-prob"] > 0, "'dynamic-replace-prob' > 0"),
+        "resume": (bool(cfg["resume"]), "'resume'"),
+    }
+    for switch, (on, shown) in switches.items():
+        if on and switch not in rule.supports:
+            problems.append(f"{shown} cannot be combined with method '{cfg['method']}' "
+                            f"(server-rule '{rule.name}': {rule.summary or rule.__doc__})")
+    if cfg["resume"]:
+        for part in parts:
+            if part.client_state:
+                problems.append(f"resume cannot be combined with client part '{part.name}': its "
+                                "per-client state lives on the nodes and a resumed run cannot "
+                                "restore it; start afresh with resume = ''")
+    return problems

@@ -1,0 +1,209 @@
+"""Which nodes take part: waiting for enough nodes, seeded sampling, the nodes' partition
+identity (asked once per node, or once in all for simulated nodes) and, with dynamic clients,
+which data partition each one holds.
+
+Node ids change from run to run (simulation draws them at random); nodes are asked for their
+partition-id once (a QUERY message; no data is loaded) and sampled in that order, so the same
+seed samples the same partitions in every run, a resumed one included. Simulated nodes are
+interchangeable: only the first is asked, and slot (partition) p goes to the p-th node by id.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Iterable
+from logging import INFO, WARNING
+from typing import Any
+
+from flwr.app import ConfigRecord, Message, MessageType, RecordDict
+from flwr.common import log
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy.strategy_utils import sample_nodes
+
+from .reply_screen import short_reason
+
+
+class NodeWaitTimeout(RuntimeError):
+    """Too few nodes connected within the wait limit."""
+
+
+def wait_for_nodes(grid: Grid, fraction: float, min_nodes: int, min_available: int,
+                   timeout: float) -> tuple[list[int], int]:
+    """The connected node ids and the sample size max(floor(fraction * connected), min_nodes),
+    once at least max(size, min_available) nodes are connected; NodeWaitTimeout after `timeout` s
+    (Flower's own sampling waits forever)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        nodes = sorted(grid.get_node_ids())
+        size = max(int(len(nodes) * fraction), min_nodes)
+        needed = max(size, min_available)
+        if len(nodes) >= needed:
+            return nodes, size
+        if time.monotonic() > deadline:
+            raise NodeWaitTimeout(
+                f"only {len(nodes)} node(s) connected after {timeout:.0f} s, {needed} needed: "
+                "start more SuperNodes (simulation: raise num-supernodes), or lower "
+                "min-train-nodes / min-evaluate-nodes, or raise node-wait-timeout."
+            )
+        log(INFO, "Waiting for nodes: %d connected, %d needed.", len(nodes), needed)
+        time.sleep(1.0)
+
+
+Construct = Callable[[RecordDict, list[int], str], Iterable[Message]]
+
+
+class Nodes:
+    """The node side of a strategy: sampling, partition identity, dynamic-client assignment.
+
+    `sampling = 'seeded'`: the strategy's own RNG (its state is in checkpoints) over the nodes in
+    partition-id order. `sampling = 'flower'`: Flower's own `sample_nodes` (Python's global
+    `random`, node-id order), as Flower's strategies sample; not resumable.
+    """
+
+    def __init__(self, *, seed: int = 0, min_available_nodes: int = 2,
+                 node_wait_timeout: float = 120.0, identify_nodes: bool = False,
+                 population=None, sampling: str = "seeded") -> None:
+        if sampling not in ("seeded", "flower"):
+            raise ValueError(f"sampling must be 'seeded' or 'flower', got {sampling!r}")
+        self.sampling = sampling
+        self.rng = random.Random(seed)  # node sampling; Flower's FedAvg uses the global `random`
+        self.min_available_nodes = min_available_nodes
+        self.node_wait_timeout = node_wait_timeout
+        self.identify_nodes = identify_nodes
+        self.partition_of: dict[int, int] = {}
+        self._queried: set[int] = set()
+        self.num_slots = 0  # num-partitions the nodes reported
+        # Simulated nodes (the first node asked says so) can train on any partition: no node is
+        # asked again; slot p is the p-th node by id, and each message names its partition.
+        self.virtual_nodes: bool | None = None  # None: not known yet
+        self._bound: frozenset[int] = frozenset()
+        # Dynamic clients (feddata.ClientPopulation): each node (slot = its partition-id) is told
+        # which data partition to train on this round; None = every node keeps its own.
+        self.population = population
+        if population is not None and not identify_nodes:
+            raise ValueError("a dynamic client population needs identify_nodes=True")
+
+    # --- state (checkpoints) ----------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """The sampling RNG. Sampling is by partition-id order, so the RNG state means the same
+        partitions in a new run with other node ids; the node-id -> partition map is learnt
+        again."""
+        return {"sampling-rng": self.rng.getstate()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.rng.setstate(state["sampling-rng"])
+
+    # --- identity ---------------------------------------------------------------------------
+    def describe(self, node: int) -> str:
+        """A node in log lines: its id and, when known, its partition."""
+        known = node in self.partition_of
+        return f"node {node}" + (f" (partition {self.partition_of[node]})" if known else "")
+
+    def identify(self, grid: Grid, nodes: list[int], construct: Construct) -> None:
+        """Learn each node's partition (its slot in the sampling order).
+
+        The first node is asked alone (a QUERY message; no data is loaded). A simulated node
+        says so: simulated nodes are interchangeable (every one can load any partition), so
+        instead of asking all of them (a message each: about 4 ms per node in round 1), slot
+        p is bound to the p-th node by id and every message names the partition to train on.
+        Deployment nodes hold their own data: every node not asked before is asked.
+        Either way slots are partitions 0..n-1, so the seed samples the same partitions.
+        """
+        if self.virtual_nodes:
+            self._bind_virtual(nodes)
+            return
+        new = [n for n in nodes if n not in self._queried]
+        if not new:
+            return
+        if self.virtual_nodes is None:
+            self.virtual_nodes = self._query(grid, new[:1], construct)
+            if self.virtual_nodes:
+                log(INFO, "Simulated nodes: partition p is trained by the p-th node by id "
+                    "(%d partitions)", self.num_slots)
+                self._bind_virtual(nodes)
+                return
+            new = new[1:]
+        if new:
+            self._query(grid, new, construct)
+
+    def _bind_virtual(self, nodes: list[int]) -> None:
+        if self._bound != frozenset(nodes):
+            self._bound = frozenset(nodes)
+            self.partition_of = {node: p for p, node in enumerate(sorted(nodes)[:self.num_slots])}
+
+    def _query(self, grid: Grid, nodes: list[int], construct: Construct) -> bool:
+        """Ask `nodes` for their partition-id; True when the replies say the nodes are simulated."""
+        self._queried.update(nodes)  # a node that does not answer is not asked again every round
+        content = RecordDict({"config": ConfigRecord({"want": "partition-id"})})
+        replies = grid.send_and_receive(construct(content, nodes, MessageType.QUERY),
+                                        timeout=self.node_wait_timeout)
+        simulated = False
+        for msg in replies:
+            if msg.has_error():
+                log(WARNING, "node %d did not say its partition-id: %s", msg.metadata.src_node_id,
+                    short_reason(msg.error.reason))
+                continue
+            for rec in msg.content.metric_records.values():
+                pid = rec.get("partition-id")
+                if isinstance(pid, int) and not isinstance(pid, bool):
+                    self.partition_of[msg.metadata.src_node_id] = pid
+                if isinstance(rec.get("num-partitions"), int):
+                    self.num_slots = max(self.num_slots, rec["num-partitions"])
+                simulated = simulated or rec.get("simulated") == 1
+        return simulated and self.num_slots > 0
+
+    def ordered(self, nodes: list[int]) -> list[int]:
+        """Nodes by partition-id where known (stable across runs), then by node id."""
+        return sorted(nodes, key=self.order_key)
+
+    def order_key(self, node: int) -> tuple:
+        return (node not in self.partition_of, self.partition_of.get(node, 0), node)
+
+    # --- sampling ---------------------------------------------------------------------------
+    def sample(self, grid: Grid, fraction: float, min_nodes: int,
+               construct: Construct) -> list[int]:
+        """Sample max(floor(fraction * connected), min_nodes) nodes.
+
+        Waits at most `node_wait_timeout` seconds for enough nodes to connect.
+        """
+        nodes, size = wait_for_nodes(grid, fraction, min_nodes, self.min_available_nodes,
+                                     self.node_wait_timeout)
+        if self.sampling == "flower":  # Flower's own, as its FedAvg.configure_train samples
+            return sample_nodes(grid, self.min_available_nodes, size)[0]
+        if self.identify_nodes:
+            self.identify(grid, nodes, construct)
+        return self.rng.sample(self.ordered(nodes), size)
+
+    # --- dynamic clients --------------------------------------------------------------------
+    def messages(self, record: RecordDict, node_ids: list[int], message_type: str,
+                 server_round: int, construct: Construct, config_key: str) -> list[Message]:
+        """One message per node; with a dynamic population (or simulated nodes) each node's
+        config also says which data partition it holds this round (`partition-id`,
+        `num-partitions` of the pool; simulated nodes: the partition of their slot)."""
+        if self.population is None and not self.virtual_nodes:
+            return list(construct(record, node_ids, message_type))
+        unknown = [n for n in node_ids if n not in self.partition_of]
+        if unknown or not self.num_slots:
+            raise RuntimeError(f"nodes {unknown} have no partition: they did not report their "
+                               "partition-id")
+        if self.population is None:  # simulated nodes: each trains the partition of its slot
+            held, pool = list(range(self.num_slots)), self.num_slots
+        else:
+            held = self.population.assignment(server_round, self.num_slots)
+            pool = self.population.pool_size(self.num_slots)
+        if message_type == MessageType.TRAIN and self.population is not None:
+            if server_round > 1 and (server_round - 1) % self.population.replace_every == 0:
+                log(INFO, "dynamic clients: %d of %d clients replaced by fresh ones (pool of %d "
+                    "partitions)", self.population.replaced(server_round, self.num_slots),
+                    self.num_slots, pool)
+            log(INFO, "dynamic clients: they hold data partitions %s",
+                [held[self.partition_of[n]] for n in node_ids])
+        messages = []
+        for node in node_ids:
+            content = RecordDict(dict(record.items()))
+            config = ConfigRecord(dict(record[config_key]))
+            config["partition-id"], config["num-partitions"] = held[self.partition_of[node]], pool
+            content[config_key] = config
+            messages.extend(construct(content, [node], message_type))
+        return messages

@@ -1,0 +1,285 @@
+"""The strategy: Flower's round loop around a method's parts (one class for every method).
+
+Each train round: sample nodes (`nodes`), broadcast the server rule's phi and its extra records,
+screen the replies (`reply_screen`), hand the good ones to the server rule, which returns the
+next theta (docs/algorithms.md #server-round). A round with fewer than `min_train_clients` good
+replies is skipped. `start` is Flower's `Strategy.start` loop, resumable from `state_dict()`.
+The server maths lives in the server rule (`methods`) and in `server_update` (plain PyTorch).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable
+from logging import INFO, WARNING
+from typing import Any
+
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.common import log
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import FedAvg, Result
+from flwr.serverapp.strategy.strategy_utils import log_strategy_start_info
+
+from .nodes import Nodes
+from .reply_screen import screen_replies, short_reason
+
+
+def safe_metrics(aggr_fn, contents: list[RecordDict], weight_key: str) -> MetricRecord:
+    """The clients' metrics aggregated by `aggr_fn`, or empty when they cannot be (odd replies)."""
+    if not contents:
+        return MetricRecord()
+    try:
+        return aggr_fn(contents, weight_key)
+    except Exception as err:  # metrics are informational: never let them stop a run
+        log(WARNING, "client metrics not aggregated: %s: %s", type(err).__name__, err)
+        return MetricRecord()
+
+
+class RoundConfig:
+    """Mixin: each round's client config = the given config + `lr * lr_decay^(t-1)` + the round."""
+
+    lr: float = 0.0
+    lr_decay: float = 1.0
+
+    def round_config(self, server_round: int, config: ConfigRecord) -> ConfigRecord:
+        out = ConfigRecord(dict(config))
+        out["lr"] = self.lr * self.lr_decay ** (server_round - 1)
+        out["server-round"] = server_round
+        return out
+
+
+class MethodStrategy(RoundConfig, FedAvg):
+    """A Flower strategy whose server update is `rule` (a `methods.ServerRule`) and whose nodes
+    are sampled by `nodes` (a `strategies.nodes.Nodes`)."""
+
+    def __init__(self, rule, *, nodes: Nodes | None = None, lr: float = 0.1,
+                 lr_decay: float = 1.0, min_train_clients: int = 1, max_update_norm: float = 0.0,
+                 **fedavg_kwargs) -> None:
+        fedavg_kwargs.setdefault("min_available_nodes", fedavg_kwargs.get("min_train_nodes", 2))
+        super().__init__(**fedavg_kwargs)
+        self.rule = rule
+        self.nodes = nodes or Nodes(min_available_nodes=self.min_available_nodes,
+                                    sampling=rule.sampling)
+        self.lr, self.lr_decay = lr, lr_decay
+        self.min_train_clients = min_train_clients
+        self.max_update_norm = max_update_norm
+        self._theta_record: ArrayRecord | None = None  # the record theta was last returned as
+        self._phi = None  # the last broadcast point, name -> tensor (screening measures from it)
+        self._sent: list[Message] = []  # the current train round's instructions
+        # Called with (round, metrics) after every aggregate_train, skipped rounds included.
+        self.round_metrics_fn: Callable[[int, MetricRecord], None] | None = None
+
+    def summary(self) -> None:
+        log(INFO, "\t├──> Server rule: %s", self.rule.describe())
+        log(INFO, "\t├──> Replies: at least %d good ones per round, max update norm %s",
+            self.min_train_clients, self.max_update_norm or "unlimited")
+        super().summary()
+
+    # --- state (checkpoints) ----------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """The server rule's state (e.g. theta, m, phi) and the node sampling RNG: plain tensors,
+        numbers and tuples."""
+        if self._theta_record is None:
+            raise RuntimeError("no state yet: the strategy has not started")
+        return {**self.rule.state_dict(), **self.nodes.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.rule.load_state_dict(state)
+        self.nodes.load_state_dict(state)
+        self._theta_record = self.rule.theta_record()
+
+    # --- the round loop ---------------------------------------------------------------------
+    def start(
+        self, grid: Grid, initial_arrays: ArrayRecord, num_rounds: int = 3, timeout: float = 3600,
+        train_config: ConfigRecord | None = None, evaluate_config: ConfigRecord | None = None,
+        evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None, *,
+        first_round: int = 1, round_end_fn: Callable[[int, ArrayRecord], None] | None = None,
+    ) -> Result:
+        """Flower's `Strategy.start` loop, run from `first_round` to `num_rounds`.
+
+        `first_round = 1`: a fresh run from `initial_arrays` (evaluated as round 0). Later: a
+        resumed run, from the state given to `load_state_dict` (`initial_arrays` is not used).
+        `round_end_fn(round, theta)` is called after each round's evaluation (checkpoints).
+        """
+        log(INFO, "Starting %s strategy%s:", self.rule.name,
+            f" (resumed at round {first_round})" if first_round > 1 else "")
+        log_strategy_start_info(num_rounds, initial_arrays, train_config, evaluate_config)
+        self.summary()
+        train_config = ConfigRecord() if train_config is None else train_config
+        evaluate_config = ConfigRecord() if evaluate_config is None else evaluate_config
+        result = Result()
+        t_start = time.time()
+        if first_round == 1:
+            self._start_rule(initial_arrays)
+            if evaluate_fn:
+                res = evaluate_fn(0, initial_arrays)
+                if res is not None:
+                    result.evaluate_metrics_serverapp[0] = res
+        elif self._theta_record is None:
+            raise RuntimeError("resuming needs the strategy's state: call load_state_dict first")
+        arrays = result.arrays = self._theta_record
+
+        for server_round in range(first_round, num_rounds + 1):
+            log(INFO, "")
+            log(INFO, "[ROUND %s/%s]", server_round, num_rounds)
+            replies = grid.send_and_receive(
+                messages=self.configure_train(server_round, arrays, train_config, grid),
+                timeout=timeout)
+            agg_arrays, train_metrics = self.aggregate_train(server_round, replies)
+            if agg_arrays is not None:
+                result.arrays = arrays = agg_arrays
+            if train_metrics is not None:
+                log(INFO, "\t└──> Aggregated MetricRecord: %s", train_metrics)
+                result.train_metrics_clientapp[server_round] = train_metrics
+            replies = grid.send_and_receive(
+                messages=self.configure_evaluate(server_round, arrays, evaluate_config, grid),
+                timeout=timeout)
+            eval_metrics = self.aggregate_evaluate(server_round, replies)
+            if eval_metrics is not None:
+                log(INFO, "\t└──> Aggregated MetricRecord: %s", eval_metrics)
+                result.evaluate_metrics_clientapp[server_round] = eval_metrics
+            if evaluate_fn:
+                res = evaluate_fn(server_round, arrays)
+                if res is not None:
+                    result.evaluate_metrics_serverapp[server_round] = res
+            if round_end_fn:
+                round_end_fn(server_round, arrays)
+        log(INFO, "")
+        log(INFO, "Strategy execution finished in %.2fs", time.time() - t_start)
+        return result
+
+    def _start_rule(self, arrays: ArrayRecord) -> None:
+        self.rule.start(arrays)
+        self._theta_record = arrays
+
+    def _construct(self, content: RecordDict, node_ids: list[int], message_type: str):
+        return self._construct_messages(content, node_ids, message_type)
+
+    # --- training ---------------------------------------------------------------------------
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        self._sent = []
+        if self.fraction_train == 0.0:
+            return []
+        if self._theta_record is None or arrays is not self._theta_record:  # a replaced model
+            self._start_rule(arrays)
+        payload, self._phi = self.rule.broadcast(server_round)
+        node_ids = self.nodes.sample(grid, self.fraction_train, self.min_train_nodes,
+                                     self._construct)
+        log(INFO, "configure_train: sampled %d nodes (partitions %s)", len(node_ids),
+            [self.nodes.partition_of.get(n, f"node {n}") for n in node_ids])
+        if len(node_ids) < self.min_train_clients:
+            log(WARNING, "round %d: %d nodes sampled but min-train-clients = %d: the round will "
+                "be skipped", server_round, len(node_ids), self.min_train_clients)
+        record = RecordDict({self.arrayrecord_key: payload,
+                             self.configrecord_key: self.round_config(server_round, config)})
+        for name, extra in self.rule.down_records(server_round).items():
+            record[name] = extra  # a method's extra payload: counted by the byte meter
+        # kept: the grid sets their message ids, which the replies (errors included) refer to
+        self._sent = self.nodes.messages(record, node_ids, MessageType.TRAIN, server_round,
+                                         self._construct, self.configrecord_key)
+        return self._sent
+
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        replies = list(replies)
+        up = self._take_up_records(replies)  # screening sees the model alone
+        screened = screen_replies(server_round, replies, self._sent, self._phi,
+                                  self.weighted_by_key, self.max_update_norm,
+                                  self.nodes.describe, self.nodes.order_key)
+        counts = screened.counts
+        if self.rule.up:
+            self._drop_without_up_records(server_round, screened, up)
+        log(INFO, "aggregate_train: %d good replies; %d errors, %d timeouts, %d dropped",
+            counts["replies"], counts["errors"], counts["timeouts"], counts["dropped"])
+        arrays, skip = None, None
+        if len(screened.good) < self.min_train_clients or not screened.good:
+            skip = (f"{len(screened.good)} good replies, "
+                    f"min-train-clients = {self.min_train_clients}")
+        else:
+            arrays, skip = self.rule.aggregate(server_round, screened.good, self._phi,
+                                               [up.get(id(m), {}) for m, _, _ in screened.good])
+        if skip is not None:
+            log(WARNING, "round %d skipped (%s): the model and the server state are unchanged",
+                server_round, skip)
+            metrics = MetricRecord({**counts, "skipped": 1})
+            if self.round_metrics_fn:
+                self.round_metrics_fn(server_round, metrics)
+            return None, metrics
+        self._theta_record = arrays
+        metrics = safe_metrics(self.train_metrics_aggr_fn,
+                               [msg.content for msg, _, _ in screened.good], self.weighted_by_key)
+        for k, v in {**counts, "skipped": 0}.items():
+            metrics[k] = v
+        if self.round_metrics_fn:
+            self.round_metrics_fn(server_round, metrics)
+        return arrays, metrics
+
+    def _take_up_records(self, replies: list[Message]) -> dict[int, dict[str, ArrayRecord]]:
+        """Remove the server rule's extra records (`rule.up`) from the replies: reply id -> them.
+        They were counted by the byte meter when the replies arrived."""
+        found: dict[int, dict[str, ArrayRecord]] = {}
+        for msg in replies:
+            if self.rule.up and not msg.has_error():
+                records = msg.content.array_records
+                found[id(msg)] = {n: records[n] for n in self.rule.up if n in records}
+                for name in found[id(msg)]:
+                    del msg.content[name]
+        return found
+
+    def _drop_without_up_records(self, server_round: int, screened, up: dict) -> None:
+        """Good replies that lack one of the rule's records are dropped and counted."""
+        kept = []
+        for item in screened.good:
+            missing = [n for n in self.rule.up if n not in up.get(id(item[0]), {})]
+            if missing:
+                node = item[0].metadata.src_node_id
+                log(WARNING, "round %d: dropped the reply of %s: it lacks the record(s) %s of "
+                    "server rule '%s'", server_round, self.nodes.describe(node), missing,
+                    self.rule.name)
+                screened.counts["dropped"] += 1
+                screened.counts["dropped-payload"] = screened.counts.get("dropped-payload", 0) + 1
+            else:
+                kept.append(item)
+        screened.good = kept
+        screened.counts["replies"] = len(kept)
+
+    # --- federated evaluation: same sampling, screened replies ------------------------------
+    def configure_evaluate(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        if self.fraction_evaluate == 0.0:
+            return []
+        node_ids = self.nodes.sample(grid, self.fraction_evaluate, self.min_evaluate_nodes,
+                                     self._construct)
+        log(INFO, "configure_evaluate: sampled %d nodes (partitions %s)", len(node_ids),
+            [self.nodes.partition_of.get(n, f"node {n}") for n in node_ids])
+        config = ConfigRecord(dict(config))
+        config["server-round"] = server_round
+        record = RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: config})
+        return self.nodes.messages(record, node_ids, MessageType.EVALUATE, server_round,
+                                   self._construct, self.configrecord_key)
+
+    def aggregate_evaluate(self, server_round: int,
+                           replies: Iterable[Message]) -> MetricRecord | None:
+        good = []
+        for msg in replies:
+            node = self.nodes.describe(msg.metadata.src_node_id)
+            if msg.has_error():
+                log(WARNING, "round %d: evaluation on %s failed: %s", server_round, node,
+                    short_reason(msg.error.reason))
+                continue
+            records = list(msg.content.metric_records.values())
+            n = records[0].get(self.weighted_by_key) if len(records) == 1 else None
+            bad = isinstance(n, bool) or not isinstance(n, (int, float))
+            if bad or not math.isfinite(n) or n < 0:
+                log(WARNING, "round %d: dropped the evaluation reply of %s: expected one "
+                    "MetricRecord with '%s' >= 0", server_round, node, self.weighted_by_key)
+                continue
+            good.append(msg.content)
+        if not good:
+            return None
+        return safe_metrics(self.evaluate_metrics_aggr_fn, good, self.weighted_by_key)

@@ -1,0 +1,225 @@
+"""Pins of the server round (docs/algorithms.md#server-round) on fixed client replies, each against
+a hand computation: uniform weights with unequal sizes, global GC with gc-vectors, non-float
+buffers from the first good reply, and max-update-norm measured from phi."""
+
+import pytest
+import torch
+from flwr.app import ArrayRecord, MetricRecord
+
+import fakegrid
+from pins_helpers import (broadcast_of, config_of, error_reply, is_evaluate, is_query, is_train,
+                          lookahead_strategy, make_reply, metrics_reply, node_wait_timeout_error,
+                          partition_reply, run_strategy, run_strategy_result,
+                          strategy_from_config, strategy_state)
+
+SIZES = [10, 30, 25, 5]  # unequal on purpose
+
+
+def states(seed: int, n: int, scale: float = 1.0) -> list[dict]:
+    g = torch.Generator().manual_seed(seed)
+    return [{"w": scale * torch.randn(3, 4, generator=g), "b": scale * torch.randn(3, generator=g)}
+            for _ in range(n)]
+
+
+def answering(models: list[dict], sizes: list[int], seen: list | None = None):
+    """Node i answers the partition query with i, and a train instruction with models[i]."""
+
+    def handler(i, msg):
+        if is_query(msg):
+            return partition_reply(i, len(models))
+        if seen is not None:
+            seen.append((config_of(msg)["server-round"], i, broadcast_of(msg)))
+        return make_reply(models[i], sizes[i])
+
+    return handler
+
+
+@pytest.mark.parametrize("aggregation", ["uniform", "examples"])
+def test_client_weights_with_unequal_sizes(aggregation):
+    init, models = states(0, 1)[0], states(1, 4)
+    strategy = strategy_from_config({"method": "fedavg", "aggregation": aggregation,
+                                     "fraction-train": 1.0, "min-train-nodes": 4})
+    theta, _ = run_strategy(strategy, answering(models, SIZES), init, rounds=1, num_nodes=4)
+    # lam = 0, eta = 1: theta_1 = sum_i w_i * w_i_K; uniform: 1/4 each, examples: n_i / 70
+    weights = [0.25] * 4 if aggregation == "uniform" else [10 / 70, 30 / 70, 25 / 70, 5 / 70]
+    for k in init:
+        want = sum(w * m[k] for w, m in zip(weights, models))
+        assert torch.allclose(theta[k], want, atol=1e-6, rtol=0), k
+
+
+@pytest.mark.parametrize("vectors", ["center", "skip"])
+@pytest.mark.parametrize("global_gc", ["all", "classifier"])
+def test_global_gc_and_gc_vectors_on_the_server(vectors, global_gc):
+    """The server step with global GC is P(d) on the configured tensors; 1-D ones only with
+    gc-vectors = 'center'. (fedavg, uniform weights: d = mean_i(w_i) - theta.)"""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))  # 0.*: features
+    model.classifier_names = ("1.weight", "1.bias")
+    init = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    g = torch.Generator().manual_seed(5)
+    models = [{k: v + torch.randn(v.shape, generator=g) for k, v in init.items()}
+              for _ in range(4)]
+    strategy = strategy_from_config({"method": "fedavg", "aggregation": "uniform",
+                                     "global-gc": global_gc, "gc-vectors": vectors,
+                                     "fraction-train": 1.0, "min-train-nodes": 4}, model)
+    theta, _ = run_strategy(strategy, answering(models, SIZES), init, rounds=1, num_nodes=4)
+    for k in init:
+        d = sum(m[k] for m in models) / 4 - init[k]
+        centred = global_gc == "all" or k.startswith("1.")
+        if centred and d.dim() == 2:
+            d = d - d.mean(dim=1, keepdim=True)
+        elif centred and vectors == "center":
+            d = d - d.mean()
+        assert torch.allclose(theta[k] - init[k], d, atol=1e-6, rtol=0), k
+
+
+def test_non_float_buffers_come_from_the_first_good_reply():
+    """Partition 0's reply is bad (NaN) and dropped; the integer buffer is then taken from the
+    first good reply in partition order (partition 1), never averaged; floats are averaged over
+    the good replies."""
+    init = {"w": torch.zeros(2), "count": torch.tensor([0, 0])}
+    models = [{"w": torch.tensor([float("nan"), 0.0]), "count": torch.tensor([100, 100])},
+              {"w": torch.tensor([1.0, 2.0]), "count": torch.tensor([11, 21])},
+              {"w": torch.tensor([3.0, 4.0]), "count": torch.tensor([12, 22])},
+              {"w": torch.tensor([5.0, 9.0]), "count": torch.tensor([13, 23])}]
+    strategy = lookahead_strategy(fraction_train=1.0, min_train_nodes=4, identify_nodes=True,
+                                  aggregation="uniform", seed=3)
+    theta, grid = run_strategy(strategy, answering(models, [1, 1, 1, 1]), init, rounds=1,
+                               num_nodes=4)
+    sent = [grid.node_ids.index(n) for n in grid.sent[0]]
+    assert sent != sorted(sent)  # replies arrive out of partition order
+    assert theta["count"].tolist() == [11, 21]
+    assert theta["count"].dtype == torch.int64
+    assert theta["w"].tolist() == [3.0, 5.0]
+    assert set(strategy_state(strategy)["m"]) == {"w"}  # no momentum for integer buffers
+
+
+def test_max_update_norm_is_measured_from_phi_not_theta():
+    """FedACG, lam = 0.5, eta = 10. Round 1 (phi = theta = 0): replies +0.1 and +0.3 (norms
+    under the limit 1): d = 0.2, m1 = 2, theta1 = 2, so phi2 = theta1 + 0.5 * m1 = 3.
+    Round 2: node 0 answers phi + 0.1 (0.1 from phi, 1.1 from theta: kept), node 1 answers
+    theta1 - 0.1 (1.1 from phi: dropped, although only 0.1 from theta).
+    Only node 0 counts: d = 0.1, m2 = 0.5 * 2 + 10 * 0.1 = 2, theta2 = 4."""
+    seen = []
+
+    def handler(i, msg):
+        if is_query(msg):
+            return partition_reply(i, 2)
+        rnd, phi = config_of(msg)["server-round"], broadcast_of(msg)["w"]
+        seen.append((rnd, i, phi.clone()))
+        if rnd == 1:
+            return make_reply({"w": phi + (0.1 if i == 0 else 0.3)}, 1)
+        return make_reply({"w": phi + 0.1 if i == 0 else phi - 1.1}, 1)
+
+    strategy = lookahead_strategy(lam=0.5, eta=10.0, lookahead=True, fraction_train=1.0,
+                                  min_train_nodes=2, aggregation="uniform", max_update_norm=1.0)
+    theta, _ = run_strategy(strategy, handler, {"w": torch.zeros(1)}, rounds=2, num_nodes=2)
+    assert [p.item() for r, _, p in seen if r == 2] == pytest.approx([3.0, 3.0])
+    assert theta["w"].item() == pytest.approx(4.0)
+    assert strategy_state(strategy)["m"]["w"].item() == pytest.approx(2.0)
+
+
+def test_zero_examples_skip_an_examples_weighted_round_but_not_a_uniform_one():
+    init, models = states(0, 1)[0], states(1, 2)
+    for aggregation in ("examples", "uniform"):
+        strategy = lookahead_strategy(fraction_train=1.0, min_train_nodes=2,
+                                      aggregation=aggregation)
+        result = run_strategy_result(strategy, answering(models, [0, 0]), init, rounds=1,
+                                     num_nodes=2)
+        theta = dict(result.arrays.to_torch_state_dict())
+        if aggregation == "examples":  # no weights to take: the round is skipped, theta kept
+            assert all(torch.equal(theta[k], init[k]) for k in init)
+            assert result.train_metrics_clientapp[1]["skipped"] == 1
+        else:
+            assert all(torch.allclose(theta[k], (models[0][k] + models[1][k]) / 2, atol=1e-6)
+                       for k in init)
+            assert result.train_metrics_clientapp[1]["skipped"] == 0
+
+
+def test_result_holds_every_rounds_metrics_and_round_zero_evaluation():
+    """Flower's Strategy.start contract: the Result carries the final arrays, the aggregated
+    train metrics (example-weighted) and the server-side evaluation of every round, round 0
+    (the initial model) included."""
+    init, models = states(0, 1)[0], states(1, 2)
+    strategy = lookahead_strategy(fraction_train=1.0, min_train_nodes=2)
+    seen = []
+
+    def evaluate_fn(rnd, arrays):
+        seen.append(rnd)
+        return MetricRecord({"w-sum": float(arrays.to_torch_state_dict()["w"].sum())})
+
+    handler = answering(models, [1, 3])
+
+    def with_loss(i, msg):
+        out = handler(i, msg)
+        if is_train(msg):
+            out["metrics"]["train-loss"] = float(i + 1)
+        return out
+
+    grid = fakegrid.FakeGrid(2, with_loss)
+    result = strategy.start(grid=grid, initial_arrays=ArrayRecord(init), num_rounds=2,
+                            evaluate_fn=evaluate_fn)
+    assert seen == [0, 1, 2]
+    assert sorted(result.evaluate_metrics_serverapp) == [0, 1, 2]
+    assert result.evaluate_metrics_serverapp[0]["w-sum"] == pytest.approx(float(init["w"].sum()))
+    assert sorted(result.train_metrics_clientapp) == [1, 2]
+    assert result.train_metrics_clientapp[2]["train-loss"] == pytest.approx((1 * 1 + 2 * 3) / 4)
+    final = dict(result.arrays.to_torch_state_dict())
+    assert result.evaluate_metrics_serverapp[2]["w-sum"] == pytest.approx(float(final["w"].sum()))
+
+
+def test_federated_evaluation_drops_bad_replies_and_weights_the_rest():
+    """fraction-evaluate 1: node 0 fails, node 1 sends a negative example count; nodes 2 and 3
+    (10 and 30 examples, accuracy 0.5 and 0.9) give 0.8 weighted by examples."""
+    init, models = states(0, 1)[0], states(1, 4)
+    train = answering(models, SIZES)
+
+    def handler(i, msg):
+        if not is_evaluate(msg):
+            return train(i, msg)
+        if i == 0:
+            return error_reply(msg)
+        n, acc = {1: (-5, 0.0), 2: (10, 0.5), 3: (30, 0.9)}[i]
+        return metrics_reply({"num-examples": n, "eval-acc": acc})
+
+    strategy = lookahead_strategy(fraction_train=1.0, min_train_nodes=4, seed=1)
+    strategy.fraction_evaluate, strategy.min_evaluate_nodes = 1.0, 4
+    result = run_strategy_result(strategy, handler, init, rounds=1, num_nodes=4)
+    assert result.evaluate_metrics_clientapp[1]["eval-acc"] == pytest.approx(0.8)
+
+
+def test_too_few_nodes_fail_after_node_wait_timeout():
+    strategy = lookahead_strategy(fraction_train=1.0, min_train_nodes=5, node_wait_timeout=0.3)
+    with pytest.raises(node_wait_timeout_error(), match="only 3 node"):
+        run_strategy(strategy, answering(states(1, 3), [1, 1, 1]), states(0, 1)[0], rounds=1,
+                     num_nodes=3)
+
+
+def test_an_update_exactly_at_max_update_norm_is_kept():
+    """The limit drops updates whose norm exceeds it: ||(1, 0)|| = 1 is kept under
+    max-update-norm 1, ||(0, 1.5)|| is dropped."""
+    init = {"w": torch.zeros(2)}
+    models = [{"w": torch.tensor([1.0, 0.0])}, {"w": torch.tensor([0.0, 1.5])}]
+    strategy = lookahead_strategy(fraction_train=1.0, min_train_nodes=2, aggregation="uniform",
+                                  max_update_norm=1.0)
+    theta, _ = run_strategy(strategy, answering(models, [1, 1]), init, rounds=1, num_nodes=2)
+    assert theta["w"].tolist() == [1.0, 0.0]
+
+
+@pytest.mark.parametrize("method", ["fedyogi", "fedavg"])
+def test_reply_screening_settings_reach_every_strategy(method):
+    """max-update-norm and min-train-clients from the run config, for our strategy and for
+    Flower's baselines: with a limit of 1, node 1's update (norm 5) is dropped; with
+    min-train-clients 2 the round is then skipped."""
+    init = {"w": torch.zeros(2), "b": torch.zeros(3)}
+    models = [{"w": torch.full((2,), 0.1), "b": torch.full((3,), 0.1)},
+              {"w": torch.tensor([3.0, 4.0]), "b": torch.zeros(3)}]
+    for min_clients, skipped in ((1, 0), (2, 1)):
+        strategy = strategy_from_config(
+            {"method": method, "fraction-train": 1.0, "min-train-nodes": 2,
+             "max-update-norm": 1.0, "min-train-clients": min_clients},
+            model=torch.nn.Linear(2, 3, bias=False))
+        result = run_strategy_result(strategy, answering(models, [1, 1]), init, rounds=1,
+                                     num_nodes=2)
+        metrics = result.train_metrics_clientapp[1]
+        assert (metrics["dropped"], metrics["skipped"]) == (1, skipped), metrics
