@@ -24,7 +24,7 @@ from reporting.superlink import CONNECTION, LocalSuperLink, free_port, stop_proc
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
 
-PACKAGES = ("server_app", "client_app", "strategies", "models", "feddata", "run_config")
+PACKAGES = ("server_app", "client_app", "strategies", "methods", "models", "feddata", "run_config")
 
 
 def app_copy(dest: Path) -> Path:
