@@ -44,12 +44,13 @@ BATCH = 5
 
 
 def cifar_copy(folder: Path, examples: int, test: int) -> Path:
-    """The CIFAR-shaped local copy in `folder`, made on first use (a marker file says it is whole)."""
+    """The CIFAR-shaped local copy in `folder`, made on first use (a marker says it is whole)."""
     done = folder / "made.json"
     want = {"train": examples, "test": test, "format": 1}
     if done.exists() and json.loads(done.read_text()) == want:
         return folder
-    print(f"making a CIFAR-shaped copy with {examples} training images in {folder} ...", flush=True)
+    print(f"making a CIFAR-shaped copy with {examples} training images in {folder} ...",
+          flush=True)
     make_cifar_copy(folder, examples, test)
     done.write_text(json.dumps(want))
     return folder
@@ -115,7 +116,8 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=None,
                         help="folder of the CIFAR-shaped copy (made there once); default: "
                              "~/.cache/fedacg-gc/bench-cifar-<examples>")
-    parser.add_argument("--tiny", action="store_true", help="smoke run: 4 and 40 clients, 2 rounds")
+    parser.add_argument("--tiny", action="store_true",
+                        help="smoke run: 4 and 40 clients, 2 rounds")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args()
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")

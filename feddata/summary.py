@@ -12,7 +12,8 @@ from .partitioners import BalancedDirichletPartitioner, NaturalIdSamplePartition
 
 
 def _split_indices(part) -> tuple[Any, Any] | None:
-    """(dataset, partition id -> indices into it) where the partitioner keeps its split, else None."""
+    """(dataset, partition id -> indices into it) where the partitioner keeps its split, else
+    None."""
     if isinstance(part, NaturalIdSamplePartitioner):
         part = part._inner
     if isinstance(part, BalancedDirichletPartitioner):

@@ -133,7 +133,7 @@ class Nodes:
             self.partition_of = {node: p for p, node in enumerate(sorted(nodes)[:self.num_slots])}
 
     def _query(self, grid: Grid, nodes: list[int], construct: Construct) -> bool:
-        """Ask `nodes` for their partition-id; True when the replies say the nodes are simulated."""
+        """Ask `nodes` for their partition-id; True when the replies say they are simulated."""
         self._queried.update(nodes)  # a node that does not answer is not asked again every round
         content = RecordDict({"config": ConfigRecord({"want": "partition-id"})})
         replies = grid.send_and_receive(construct(content, nodes, MessageType.QUERY),

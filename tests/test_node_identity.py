@@ -1,4 +1,4 @@
-"""Which partitions train: simulated nodes are not asked one by one, and sample the same partitions.
+"""Which partitions train: simulated nodes are not asked one by one, and sample the same ones.
 
 Deployment nodes hold their own data: the server asks every node for its partition-id once (a
 QUERY message each) and samples in partition order. Simulated nodes can load any partition: the
@@ -31,7 +31,8 @@ def grid_of(n: int, simulated: bool, shift: int = 0) -> FakeGrid:
     return grid
 
 
-def trained_partitions(grid: FakeGrid, rounds: int, per_round: int, seed: int = 3) -> list[list[int]]:
+def trained_partitions(grid: FakeGrid, rounds: int, per_round: int,
+                       seed: int = 3) -> list[list[int]]:
     """The partition each train message makes its node train, per round."""
     strategy = LookaheadFedAvg(seed=seed, identify_nodes=True, fraction_train=1e-9,
                                min_train_nodes=per_round, fraction_evaluate=0.0)

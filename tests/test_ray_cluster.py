@@ -33,15 +33,16 @@ def app_copy(dest: Path) -> Path:
         shutil.copytree(ROOT / pkg, dest / pkg, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "README.md", dest)
     shutil.copy(ROOT / "tests" / "where_client_app.py", dest)
-    pyproject, n = re.subn(r'clientapp = "client_app.app:app"', 'clientapp = "where_client_app:app"',
-                           (ROOT / "pyproject.toml").read_text())
+    pyproject, n = re.subn(r'clientapp = "client_app.app:app"',
+                           'clientapp = "where_client_app:app"', (ROOT / "pyproject.toml").read_text())
     assert n == 1
     (dest / "pyproject.toml").write_text(pyproject)
     return dest
 
 
 class RayNode:
-    """One `ray start --block` process (and the Ray processes under it), in a session of its own."""
+    """One `ray start --block` process (and the Ray processes under it), in a session of its
+    own."""
 
     def __init__(self, args: list[str], env: dict, log: Path):
         self.log = log
@@ -127,7 +128,8 @@ def test_simulation_runs_on_a_two_node_ray_cluster(tmp_path):
         assert len({c["ray-node"] for c in calls}) == 2
         # simulated nodes: one QUERY in all, and every round trains partitions 0..3
         assert "Simulated nodes: partition p is trained by the p-th node by id" in log, log[-4000:]
-        assert sorted(c["trained"] for c in calls if c["type"] == "train") == sorted(list(range(4)) * 3)
+        trained = sorted(c["trained"] for c in calls if c["type"] == "train")
+        assert trained == sorted(list(range(4)) * 3)
         print("calls per node:", {t: sum(c["tag"] == t for c in calls) for t in ("head", "worker")})
     finally:
         if link is not None:
