@@ -10,6 +10,7 @@ message; in a simulation actor, data and model are also cached in memory between
 from __future__ import annotations
 
 import functools
+import sys
 import time
 
 import torch
@@ -125,9 +126,17 @@ def evaluate(msg: Message, context: Context) -> Message:
     return Message(content=RecordDict({"metrics": MetricRecord(metrics)}), reply_to=msg)
 
 
+def simulated() -> bool:
+    """True in a Ray actor of Flower's simulation: a virtual node, which can load any partition."""
+    ray = sys.modules.get("ray")  # never imported by a deployment ClientApp
+    return ray is not None and ray.is_initialized()
+
+
 @app.query()
 def query(msg: Message, context: Context) -> Message:
-    """The node's partition-id, so the server samples the same partitions in every run."""
+    """The node's partition-id, so the server samples the same partitions in every run, and
+    whether the node is simulated (then the server names the partition in every message)."""
     pid, nparts = partition_of(context)
-    metrics = MetricRecord({"partition-id": pid, "num-partitions": nparts})
+    metrics = MetricRecord({"partition-id": pid, "num-partitions": nparts,
+                            "simulated": int(simulated())})
     return Message(content=RecordDict({"metrics": metrics}), reply_to=msg)

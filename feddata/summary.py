@@ -5,8 +5,42 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from flwr_datasets.partitioner import IidPartitioner
 
 from .loading import _source, data_key, load_partition, spec_of
+from .partitioners import BalancedDirichletPartitioner, NaturalIdSamplePartitioner, column
+
+
+def _split_indices(part) -> tuple[Any, Any] | None:
+    """(dataset, partition id -> indices into it) where the partitioner keeps its split, else
+    None."""
+    if isinstance(part, NaturalIdSamplePartitioner):
+        part = part._inner
+    if isinstance(part, BalancedDirichletPartitioner):
+        return part.dataset, part._indices
+    if isinstance(part, IidPartitioner):  # datasets' contiguous shards
+        n, k = len(part.dataset), part.num_partitions
+        div, mod = divmod(n, k)
+        starts = [div * i + min(i, mod) for i in range(k + 1)]
+        return part.dataset, [range(starts[i], starts[i + 1]) for i in range(k)]
+    mapping = getattr(part, "_partition_id_to_indices", None)  # flwr-datasets' own partitioners
+    return (part.dataset, mapping) if isinstance(mapping, dict) else None
+
+
+def partition_labels(cfg: dict[str, Any], num_partitions: int):
+    """The label array of every partition, in partition order: one read of the label column
+    when the partitioner keeps its split (ours and flwr-datasets'), else partition by partition.
+    Labels are read through Arrow (`column`): reading them row by row decodes every image."""
+    label = spec_of(cfg).label
+    load_partition(cfg, 0, num_partitions)  # prepares the split (and the partitioner's dataset)
+    split = _split_indices(_source(data_key(cfg), num_partitions).partitioner)
+    if split is not None and len(split[1]) == num_partitions:
+        every = column(split[0], label)
+        for pid in range(num_partitions):
+            yield every[np.asarray(split[1][pid], dtype=np.int64)]
+        return
+    for pid in range(num_partitions):
+        yield column(load_partition(cfg, pid, num_partitions), label)
 
 
 def partition_summary(cfg: dict[str, Any], num_partitions: int) -> dict[str, Any]:
@@ -14,8 +48,7 @@ def partition_summary(cfg: dict[str, Any], num_partitions: int) -> dict[str, Any
     spec = spec_of(cfg)
     sizes, labels_per_client = [], []
     seen: set = set()
-    for pid in range(num_partitions):
-        labels = np.asarray(load_partition(cfg, pid, num_partitions)[spec.label])
+    for labels in partition_labels(cfg, num_partitions):
         sizes.append(len(labels))
         uniq = np.unique(labels)
         labels_per_client.append(len(uniq))

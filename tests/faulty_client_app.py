@@ -17,6 +17,7 @@ from flwr.app import ArrayRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
 from client_app import app as real
+from client_app.app import data_partition_of
 
 PLAN_FILE = Path(__file__).with_name("fault_plan.json")
 PLAN = json.loads(PLAN_FILE.read_text()) if PLAN_FILE.exists() else []
@@ -25,7 +26,7 @@ app = ClientApp()
 
 
 def fault_for(context: Context, msg: Message) -> dict | None:
-    pid = int(context.node_config["partition-id"])
+    pid = data_partition_of(msg, context)[0]  # simulated nodes: the partition the server names
     rnd = int(msg.content["config"]["server-round"])
     return next((f for f in PLAN if f["partition"] == pid and f["round"] in ("all", rnd)), None)
 
@@ -34,7 +35,7 @@ def fault_for(context: Context, msg: Message) -> dict | None:
 def train(msg: Message, context: Context) -> Message:
     fault = fault_for(context, msg)
     if fault and fault["fault"] == "raise":
-        raise RuntimeError(f"injected failure (partition {context.node_config['partition-id']})")
+        raise RuntimeError(f"injected failure (partition {data_partition_of(msg, context)[0]})")
     if fault and fault["fault"] == "hang":
         time.sleep(float(fault["seconds"]))
     out = real.train(msg, context)

@@ -26,7 +26,9 @@ def test_default_setup_learns_digits(tmp_path, method):
     assert rows[0]["test-acc"] < 0.3  # the initial model is at chance
     assert results["summary"]["final-test-acc"] >= 0.85, results["summary"]
     assert all(len(s) == 5 for s in grid.sent if s)  # 25% of 20 nodes per round
-    assert [len(q) for q in grid.queries] == [20]  # partition ids asked once
+    # partition ids asked once per node (the first node alone: it says it is not simulated)
+    assert [len(q) for q in grid.queries] == [1, 19]
+    assert sorted(n for q in grid.queries for n in q) == sorted(grid.node_ids)
     for key in ("test-acc", "ema-acc", "test-loss", "train-loss", "seconds"):
         assert key in rows[-1]
     state = torch.load(tmp_path / "run" / "final_model.pt", weights_only=True)
