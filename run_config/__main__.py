@@ -65,6 +65,12 @@ def toml() -> str:
 
 
 if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:2] == ["check"]:  # python -m run_config check --run-config "..."
+        from .check import main as check_main
+
+        sys.exit(check_main(sys.argv[2:]))
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--markdown", action="store_true")
     parser.add_argument("--methods", action="store_true")
