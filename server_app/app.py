@@ -6,7 +6,7 @@ Thin Flower glue; the server maths is in `strategies.server_update`, checkpoints
 from __future__ import annotations
 
 import random
-from logging import DEBUG, ERROR, INFO, WARNING
+from logging import DEBUG, INFO, WARNING
 from pathlib import Path
 
 import torch
@@ -79,10 +79,10 @@ def main(grid: Grid, context: Context) -> None:
     try:
         run_server(grid, context, where)
     except Exception as err:
-        text = console.report_error(err)  # one line for our errors; Flower adds no traceback
+        # one line for our errors (Flower's traceback is dropped for them)
+        text = console.report_error(err, where.get("run_dir"))
         if where.get("run_dir") is not None:
             mark_failed(where["run_dir"], text)
-            log(ERROR, "Run folder (marked failed): %s", where["run_dir"])
         if where.get("recorder") is not None:
             where["recorder"].close_trackers()
         raise  # Flower marks the run failed (flwr ls, flwr log); `flwr run` still exits 0

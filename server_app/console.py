@@ -96,10 +96,12 @@ def one_line(err: BaseException) -> str:
     return text if is_ours(err) else f"{type(err).__name__}: {text}"
 
 
-def report_error(err: BaseException) -> str:
-    """Log the run's failure; for our errors one line, and no traceback afterwards."""
+def report_error(err: BaseException, run_dir=None) -> str:
+    """Log the run's failure in one line (with the run folder, marked failed, if there is one);
+    for our errors no traceback follows. Returns the error's one-line text."""
     text = one_line(err)
-    logging.getLogger(FLOWER_LOGGER).log(ERROR, "Run failed: %s", text)
+    where = f" (run folder, marked failed: {run_dir})" if run_dir is not None else ""
+    logging.getLogger(FLOWER_LOGGER).log(ERROR, "Run failed: %s%s", text, where)
     if is_ours(err):
         try:
             setattr(err, _MARK, True)
