@@ -32,10 +32,11 @@ def nodes_needed(cfg: Mapping[str, Any], num_nodes: int) -> int:
 def check(run_config: Mapping[str, Any], num_supernodes: int | None = None) -> dict[str, Any]:
     """The resolved config; ConfigError naming the key and the fix if it is not valid."""
     cfg = resolve(run_config)
-    if num_supernodes is not None and num_supernodes < nodes_needed(cfg, num_supernodes):
+    needed = None if num_supernodes is None else nodes_needed(cfg, num_supernodes)
+    if needed is not None and num_supernodes < needed:
         raise ConfigError(
-            f"num-supernodes = {num_supernodes} is fewer than the {nodes_needed(cfg, num_supernodes)}"
-            f" nodes a round samples (min-train-nodes = {cfg['min-train-nodes']}"
+            f"num-supernodes = {num_supernodes} is fewer than the {needed} nodes a round samples"
+            f" (min-train-nodes = {cfg['min-train-nodes']}"
             + (f", min-evaluate-nodes = {cfg['min-evaluate-nodes']}"
                if cfg["fraction-evaluate"] > 0 else "")
             + "): raise num-supernodes or lower min-train-nodes / min-evaluate-nodes.")
@@ -56,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m run_config check", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run-config", "-c", action="append", metavar="CONFIG",
-                        help='as for flwr run: "key=value key2=value2", repeatable, or a .toml file')
+                        help='as for flwr run: "key=value key2=value2", repeatable, or a '
+                        '.toml file')
     parser.add_argument("--federation-config", action="append", metavar="CONFIG",
                         help='as for flwr run, e.g. "num-supernodes=20"')
     parser.add_argument("--quiet", "-q", action="store_true", help="print nothing when valid")
