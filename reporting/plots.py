@@ -102,3 +102,26 @@ def plot_ema_curves(curves: dict[str, Sequence[tuple[Sequence[int], Sequence[flo
             ax.axhline(t, color="grey", ls=":", lw=0.8)
     ax.legend(loc="best", fontsize=8)
     return _save(fig, Path(path))
+
+
+def plot_label_distribution(partitioner, label: str, path: Path, title: str = "") -> Path:
+    """Examples of each label in each client's partition (stacked bars), drawn by flwr-datasets'
+    `plot_label_distributions` from the run's partitioner (at most 100 clients shown)."""
+    from flwr_datasets.visualization import plot_label_distributions
+
+    n = partitioner.num_partitions
+    fig, _, _ = plot_label_distributions(
+        partitioner, label_name=label, plot_type="bar", size_unit="absolute",
+        max_num_partitions=min(n, 100), partition_id_axis="x", legend=True,
+        verbose_labels=True, title=title or "Examples per label in each client's partition",
+        figsize=(max(6.4, 0.25 * min(n, 100) + 2), 4.0))
+    path = Path(path)
+    tmp = path.with_name(path.stem + ".tmp.png")
+    try:
+        fig.savefig(tmp, dpi=DPI, bbox_inches="tight")  # the legend sits outside the axes
+        tmp.replace(path)
+    finally:
+        import matplotlib.pyplot as plt  # flwr-datasets draws on a pyplot figure: free it
+
+        plt.close(fig)
+    return path

@@ -38,6 +38,7 @@ except ModuleNotFoundError:  # Python 3.10
 from run_config import ConfigError, acc_at_rounds, resolve, target_accs
 
 from .metrics import curve, run_summary
+from .status import describe, run_state
 from .superlink import LocalSuperLink
 from .table import MethodRuns, comparison, runs_csv
 
@@ -232,9 +233,8 @@ def results_of(run_dir: Path) -> dict[str, Any] | None:
 
 
 def is_done(cell: Cell) -> bool:
-    """A complete results.json, made from this very cell description."""
-    results = results_of(cell.run_dir)
-    if not results or not results.get("summary", {}).get("complete"):
+    """A complete results.json (`reporting.status`), made from this very cell description."""
+    if run_state(cell.run_dir)["state"] != "complete":
         return False
     try:
         made_from = json.loads((cell.run_dir / "sweep-cell.json").read_text())
@@ -271,7 +271,7 @@ def run_cell(cell: Cell, sweep: Sweep, connection: str, env: dict[str, str], ech
                 log.write(line)
                 found = re.search(r"started run (\d+)", line)
                 run_id = run_id or (found.group(1) if found else None)
-                if echo and re.search(r"\[round \d+/\d+\]|Done:", line):
+                if echo and re.search(r"\[round \d+/\d+\]|Done:|Run failed:", line):
                     print("   ", line.rstrip(), flush=True)
                 if deadline and time.monotonic() > deadline:
                     print(f"    cell took longer than cell-timeout = {sweep.cell_timeout} s: stopped")
@@ -283,11 +283,12 @@ def run_cell(cell: Cell, sweep: Sweep, connection: str, env: dict[str, str], ech
                     subprocess.run(["flwr", "stop", run_id, connection], cwd=sweep.app, env=env,
                                    capture_output=True, timeout=60)
             proc.wait()
-    results = results_of(cell.run_dir)
-    if results and results.get("summary", {}).get("complete"):
+    state = run_state(cell.run_dir)  # `flwr run` exits 0 also when the run failed
+    if state["state"] == "complete":
         (cell.run_dir / "sweep-cell.json").write_text(json.dumps(cell.description(), indent=2))
         return True
-    if echo:  # the end of the log says why
+    if echo:  # what results.json says, and the end of the log
+        print("    " + describe(state), flush=True)
         tail = (cell.run_dir / "flwr-run.log").read_text().splitlines()[-12:]
         print("\n".join("    | " + line for line in tail), flush=True)
     return False
@@ -337,7 +338,7 @@ def run_sweep(sweep: Sweep, echo: bool = True) -> None:
 def write_report(sweep: Sweep) -> str:
     """table.md, table.csv, runs.csv and ema*.png in the sweep folder, from the finished cells."""
     done = [(c, results_of(c.run_dir)) for c in sweep.cells]
-    done = [(c, r) for c, r in done if r and r.get("summary", {}).get("complete")]
+    done = [(c, r) for c, r in done if r and run_state(c.run_dir)["state"] == "complete"]
     if not done:
         raise SweepError(f"no finished cell in {sweep.dir}: nothing to tabulate")
     first_cfg = done[0][1]["config"]

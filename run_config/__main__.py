@@ -22,7 +22,7 @@ from .topics import grouped
 
 # `python -m run_config NAME ARGS...` -> main(ARGS) of the module named here; add a line per
 # subcommand, e.g. "check": "run_config.check".
-SUBCOMMANDS: dict[str, str] = {}
+SUBCOMMANDS: dict[str, str] = {"check": "run_config.check"}
 
 
 def cell(text: str) -> str:

@@ -202,13 +202,30 @@ KEYS: tuple[Key, ...] = (
         resume_may_differ=True),
     Key("out-dir", str, "~/fedacg-gc-runs", "Folder for run outputs (results.json, final model); "
         "'~' expands to the home of the ServerApp process.", "output", resume_may_differ=True),
-    Key("run-name", str, "", "Name of this run's sub-folder; empty = <method>-<date>-<time>.",
+    Key("run-name", str, "", "Name of this run's sub-folder; empty = <method>-<date>-<time> (a "
+        "new folder for every run). A run-name whose folder holds a finished run is refused "
+        "unless resume is set.",
         "output", resume_may_differ=True),
     Key("checkpoint-every", int, 10, "Write <run folder>/checkpoint.pt every this many rounds "
         "and after the last (atomically); 0 = never.", "output", low=0, resume_may_differ=True),
     Key("resume", str, "", "Continue a run from a checkpoint: '' = start fresh, 'latest' = the "
-        "newest checkpoint under out-dir (under out-dir/run-name if run-name is set), or the path "
-        "of a checkpoint.pt or of its run folder.", "output", resume_may_differ=True),
+        "checkpoint of out-dir/run-name (run-name set) or of the one unfinished run without a "
+        "run-name under out-dir (refused when there are several), or the path of a checkpoint.pt "
+        "or of its run folder.", "output", resume_may_differ=True),
+    Key("log-level", str, "info", "Console detail: 'info' = one line per round; 'debug' = also "
+        "the per-round lines of the strategy and of Flower (sampling, aggregation, metrics).",
+        "output", choices=("info", "debug"), resume_may_differ=True),
+    Key("plot-every", int, 10, "Redraw the run folder's PNG plots every this many rounds (and "
+        "after the last); 0 = only after the last.", "output", low=0, resume_may_differ=True),
+    Key("tensorboard", bool, False, "Also write every round's metrics as TensorBoard events to "
+        "<run folder>/tensorboard (needs the 'tensorboard' extra).", "output",
+        resume_may_differ=True),
+    Key("wandb", str, "off", "Also log every round's metrics to Weights & Biases: 'offline' "
+        "writes <run folder>/wandb (upload later with `wandb sync`), 'online' sends them as it "
+        "goes (needs the 'wandb' extra).", "output", choices=("off", "offline", "online"),
+        resume_may_differ=True),
+    Key("wandb-project", str, "fedacg-gc", "W&B project of the run (with wandb on).", "output",
+        resume_may_differ=True),
 )
 
 KEYS_BY_NAME: dict[str, Key] = {k.name: k for k in KEYS}

@@ -11,7 +11,7 @@ TOPICS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("Method",
      "The method and the server update ([algorithms](algorithms.md#server-round)); `setup` "
      "picks a paper set-up ([set-ups](setups.md)).",
-     ("setup", "method", "lookahead", "lam", "eta", "aggregation", "beta", "alpha", "local-gc",
+     ("setup", "method", "server-rule", "client-objective", "lookahead", "lam", "eta", "aggregation", "beta", "alpha", "local-gc",
       "global-gc", "gc-borderline", "gc-vectors", "fedopt-tau")),
     ("Local training",
      "The clients' optimizer ([local update](algorithms.md#local-update)).",
@@ -35,7 +35,7 @@ TOPICS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
      "Evaluation, the summary's numbers, run folders, checkpoints and resume "
      "([results](results.md), [reporting](algorithms.md#reporting)).",
      ("eval-every", "acc-at-rounds", "target-accs", "out-dir", "run-name", "checkpoint-every",
-      "resume")),
+      "resume", "log-level", "plot-every", "tensorboard", "wandb", "wandb-project")),
 )
 OTHER = ("Other", "Keys not yet given a topic in `run_config/topics.py`.")
 

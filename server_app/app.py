@@ -6,8 +6,7 @@ Thin Flower glue; the server maths is in `strategies.server_update`, checkpoints
 from __future__ import annotations
 
 import random
-import time
-from logging import INFO, WARNING
+from logging import DEBUG, INFO, WARNING
 from pathlib import Path
 
 import torch
@@ -22,23 +21,15 @@ from models import build_model
 from run_config import load_setup, resolve
 from strategies import build_strategy
 
+from reporting.tracking import build_trackers
+
+from . import console
 from .checkpoint import (check_resumable, find_checkpoint, load_checkpoint, save_checkpoint,
                          set_rng_state)
-from .results import RunRecorder, write_json_atomic
+from .results import RunRecorder, make_run_dir, mark_failed, mark_running, write_json_atomic
 from .traffic import MeteredGrid
 
 app = ServerApp()
-
-
-def make_run_dir(cfg: dict) -> Path:
-    base = Path(cfg["out-dir"]).expanduser().resolve()
-    name = cfg["run-name"] or f"{cfg['method']}-{time.strftime('%Y%m%d-%H%M%S')}"
-    run_dir, i = base / name, 1
-    while run_dir.exists() and not cfg["run-name"]:
-        i += 1
-        run_dir = base / f"{name}-{i}"
-    run_dir.mkdir(parents=True, exist_ok=True)
-    return run_dir
 
 
 def log_data_summary(cfg: dict, grid: Grid, test_size: int) -> dict | None:
@@ -58,33 +49,78 @@ def log_data_summary(cfg: dict, grid: Grid, test_size: int) -> dict | None:
     return {**summary, "test-examples": test_size}
 
 
+def plot_labels(cfg: dict, nodes: int, run_dir: Path) -> None:
+    """labels.png: each client's examples per label (flwr-datasets' label distribution plot)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")  # flwr-datasets draws with pyplot; the ServerApp has no display
+        from feddata.loading import _source, data_key
+        from reporting.plots import plot_label_distribution
+
+        partitioner = _source(data_key(cfg), nodes).partitioner
+        plot_label_distribution(partitioner, spec_of(cfg).label, run_dir / "labels.png",
+                                title=f"{cfg['dataset']}, {cfg['partitioner']} split over {nodes} "
+                                "clients: examples per label")
+    except Exception as err:  # a plot must never cost the run
+        log(WARNING, "Could not draw the label distribution: %r", err)
+
+
+def is_simulation(grid: Grid) -> bool:
+    """The simulation engine's grid: its nodes are all registered at the start and never more."""
+    return type(grid).__name__ == "InMemoryGrid"
+
+
 @app.main()
 def main(grid: Grid, context: Context) -> None:
+    log_level = context.run_config.get("log-level", "info")
+    console.install(log_level if isinstance(log_level, str) else "info")
+    where: dict = {}
+    try:
+        run_server(grid, context, where)
+    except Exception as err:
+        # one line for our errors (Flower's traceback is dropped for them)
+        text = console.report_error(err, where.get("run_dir"))
+        if where.get("run_dir") is not None:
+            mark_failed(where["run_dir"], text)
+        if where.get("recorder") is not None:
+            where["recorder"].close_trackers()
+        raise  # Flower marks the run failed (flwr ls, flwr log); `flwr run` still exits 0
+
+
+def run_server(grid: Grid, context: Context, where: dict) -> None:
     cfg = resolve(context.run_config)  # raises ConfigError naming the key before anything starts
     checkpoint = None
     if cfg["resume"]:
-        path = find_checkpoint(cfg["resume"], cfg["out-dir"], cfg["run-name"])
+        path = find_checkpoint(cfg["resume"], cfg["out-dir"], cfg["run-name"], cfg["method"])
         checkpoint = load_checkpoint(path)
         check_resumable(checkpoint["config"], cfg, checkpoint["round"])
         run_dir = path.parent  # the resumed run goes on in its own folder
         log(INFO, "Resuming %s at round %d", path, checkpoint["round"] + 1)
+    else:
+        run_dir = make_run_dir(cfg)
+    where["run_dir"] = run_dir
+    mark_running(run_dir, cfg, context.run_id)
+    write_json_atomic(run_dir / "config.json", cfg)
+    log(INFO, "Run folder: %s (Flower run %s)", run_dir, context.run_id)
     random.seed(cfg["seed"])  # Flower's own baselines sample nodes with the global `random`
     spec = spec_of(cfg)
     model = build_model(cfg["model"], spec.in_shape, spec.num_classes, cfg["gn-groups"], seed=cfg["seed"])
     device = torch.device("cuda:0" if cfg["device"] != "cpu" and torch.cuda.is_available() else "cpu")
     test = load_test_data(cfg)
     partitions = log_data_summary(cfg, grid, len(test[1]))
-    if checkpoint is None:
-        run_dir = make_run_dir(cfg)
-    write_json_atomic(run_dir / "config.json", cfg)
     if partitions:
         write_json_atomic(run_dir / "partitions.json", partitions)
-    log(INFO, "Run folder: %s", run_dir)
+        plot_labels(cfg, partitions["clients"], run_dir)
 
+    simulation = getattr(grid, "fixed_size", False) or is_simulation(grid)
     grid = MeteredGrid(grid)  # counts the clients and bytes of every message sent and received
+    grid.fixed_size = simulation  # too few simulated nodes: an error at once, no waiting
     recorder = RunRecorder(cfg, build_model(cfg["model"], spec.in_shape, spec.num_classes,
                                             cfg["gn-groups"]).to(device),
                            test, run_dir, device, aggregate_metricrecords, traffic=grid.take)
+    where["recorder"] = recorder
+    recorder.trackers = build_trackers(cfg, run_dir)
     strategy = build_strategy(cfg, model, train_metrics_aggr_fn=recorder.train_metrics)
     strategy.round_metrics_fn = recorder.note_train
     run = dict(
@@ -103,7 +139,7 @@ def main(grid: Grid, context: Context) -> None:
         run["first_round"] = checkpoint["round"] + 1
     every = cfg["checkpoint-every"]
     if every and "resume" not in strategy.rule.supports:
-        log(INFO, "No checkpoints: server-rule %s keeps state that is not saved (%s).",
+        log(DEBUG, "No checkpoints: server-rule %s keeps state that is not saved (%s).",
             cfg["server-rule"], strategy.rule.summary)
         every = 0
 
@@ -117,7 +153,17 @@ def main(grid: Grid, context: Context) -> None:
     final = result.arrays if len(result.arrays) else ArrayRecord(model.state_dict())
     torch.save(final.to_torch_state_dict(), run_dir / "final_model.pt")
     summary = recorder.finish()
-    log(INFO, "Done: final test-acc %s, ema-acc %s | EMA acc at rounds %s | rounds to targets (%%) %s "
-        "| %.2f MB sent | %.1f s. Results: %s", summary["final-test-acc"], summary["final-ema-acc"],
-        summary["acc-at-round"], summary["rounds-to-acc"], summary["bytes-total"] / 1e6,
-        summary["wall-seconds"], run_dir)
+    log(INFO, "%s", done_line(summary, run_dir))
+
+
+def done_line(summary: dict, run_dir: Path) -> str:
+    """The one line that ends a run: final and EMA accuracy, the papers' numbers, cost, folder."""
+    def pct(v):
+        return "-" if v is None else f"{100 * v:.1f}%"
+
+    at = ", ".join(f"{r}: {pct(v)}" for r, v in summary["acc-at-round"].items())
+    to = ", ".join(f"{t}%: {v}" for t, v in summary["rounds-to-acc"].items())
+    return (f"Done: {summary['rounds']} rounds in {console.duration(summary['wall-seconds'])} | "
+            f"test-acc {pct(summary['final-test-acc'])}, ema-acc {pct(summary['final-ema-acc'])}"
+            f" | EMA at rounds {at} | rounds to {to} | {summary['bytes-total'] / 1e6:.1f} MB sent"
+            f" | {run_dir}")

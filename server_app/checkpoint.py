@@ -16,6 +16,7 @@ checkpoint cannot run code. Contents:
 
 from __future__ import annotations
 
+import json
 import os
 import random
 from pathlib import Path
@@ -87,16 +88,37 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     return ckpt
 
 
-def find_checkpoint(resume: str, out_dir: str, run_name: str) -> Path:
-    """The checkpoint file `resume` means: 'latest', a checkpoint file, or a run folder."""
+def find_checkpoint(resume: str, out_dir: str, run_name: str, method: str | None = None) -> Path:
+    """The checkpoint file `resume` means: 'latest', a checkpoint file, or a run folder.
+
+    'latest' with a run-name: that run's checkpoint (the name is a folder name, never a
+    pattern). Without: the one unfinished run under out-dir that was started without a run-name
+    (and with `method`, when given); refused when there are several, since which one is meant
+    cannot be told (every other user's and run's folders may sit under the same out-dir).
+    """
     if resume == "latest":
         base = Path(out_dir).expanduser().resolve()
-        pattern = f"{run_name}/{CHECKPOINT_NAME}" if run_name else f"*/{CHECKPOINT_NAME}"
-        found = sorted(base.glob(pattern), key=lambda p: p.stat().st_mtime)
+        if run_name:
+            path = base / run_name / CHECKPOINT_NAME
+            if not path.is_file():
+                raise CheckpointError(
+                    f"resume = 'latest': no checkpoint of run '{run_name}' ({path} does not "
+                    "exist). Check run-name and out-dir, or start afresh with resume = ''.")
+            return path
+        found = [p for p in base.glob(f"*/{CHECKPOINT_NAME}")
+                 if _unnamed_unfinished(p.parent, method)]
+        found.sort(key=lambda p: p.stat().st_mtime)
         if not found:
             raise CheckpointError(
-                f"resume = 'latest': no {pattern} under out-dir {base}. Give the path of a "
-                "checkpoint, or start afresh with resume = ''.")
+                f"resume = 'latest': no unfinished run without a run-name has a checkpoint under "
+                f"out-dir {base}. Give run-name, or the path of a run folder or checkpoint, or "
+                "start afresh with resume = ''.")
+        if len(found) > 1:
+            names = ", ".join(p.parent.name for p in found[-5:])
+            raise CheckpointError(
+                f"resume = 'latest' is ambiguous: {len(found)} unfinished runs without a "
+                f"run-name have checkpoints under {base} (newest: {names}). Set resume to the "
+                "run folder to continue, or give runs a run-name.")
         return found[-1]
     path = Path(resume).expanduser().resolve()
     if path.is_dir():
@@ -104,6 +126,18 @@ def find_checkpoint(resume: str, out_dir: str, run_name: str) -> Path:
     if not path.is_file():
         raise CheckpointError(f"resume = '{resume}': no checkpoint file at {path}")
     return path
+
+
+def _unnamed_unfinished(run_dir: Path, method: str | None) -> bool:
+    """A run folder made without a run-name (its config says so), not complete, of `method`."""
+    try:
+        results = json.loads((run_dir / "results.json").read_text())
+        config = results["config"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    if results.get("summary", {}).get("complete") or config.get("run-name"):
+        return False
+    return method is None or config.get("method") == method
 
 
 def check_resumable(saved: dict[str, Any], cfg: dict[str, Any], done_round: int) -> None:

@@ -1,5 +1,10 @@
 """Per-round record of a run: centralized evaluation of theta, EMA accuracy, traffic, log line,
-and the run folder (results.json and metrics.csv after every round; summary and plots at the end).
+and the run folder (results.json and metrics.csv after every round, plots every `plot-every`
+rounds, the trackers of `reporting.tracking`; summary at the end).
+
+The run folder (`make_run_dir`) is new for every run unless `run-name` names it; results.json
+says what state the run is in (`status`: running, complete or failed, with `error`; read by
+`python -m reporting.status`) and which Flower run(s) wrote it (`flower-run-ids`).
 
 EMA_t = 0.9 * EMA_{t-1} + 0.1 * acc_t, starting at the first accuracy measured after training
 (docs/algorithms.md#reporting; round 0, the initial model, is logged but not part of the EMA). The
@@ -14,6 +19,7 @@ import json
 import math
 import os
 import time
+from datetime import datetime, timezone
 from collections.abc import Callable
 from logging import INFO, WARNING
 from pathlib import Path
@@ -26,9 +32,13 @@ from flwr.common import log
 from models.evaluation import evaluate
 from models.wire import state_view
 from reporting.metrics import ema_update, run_summary
-from run_config import acc_at_rounds, target_accs
+from run_config import ConfigError, acc_at_rounds, target_accs
 
-__all__ = ["RunRecorder", "ema_update", "write_json_atomic", "write_text_atomic"]
+from .console import duration
+
+__all__ = ["RunRecorder", "ema_update", "make_run_dir", "mark_failed", "mark_running",
+           "write_json_atomic", "write_text_atomic"]
+RESULTS = "results.json"
 
 
 def write_text_atomic(path: Path, text: str) -> None:
@@ -39,6 +49,79 @@ def write_text_atomic(path: Path, text: str) -> None:
 
 def write_json_atomic(path: Path, obj: Any) -> None:
     write_text_atomic(path, json.dumps(obj, indent=2, default=float))
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def read_results(run_dir: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads((Path(run_dir) / RESULTS).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def run_dir_name(cfg: dict[str, Any], now: float | None = None) -> str:
+    return f"{cfg['method']}-{time.strftime('%Y%m%d-%H%M%S', time.localtime(now))}"
+
+
+def make_run_dir(cfg: dict[str, Any], now: float | None = None) -> Path:
+    """The run's folder under out-dir, created.
+
+    No run-name: `<method>-<date>-<time>`, with `-2`, `-3`, ... when that folder exists (created
+    with an exclusive mkdir, so two runs started in the same second, even in two processes,
+    get two folders). A run-name: that folder; refused when it holds a finished run (reusing
+    the name would overwrite it); an unfinished run there is started afresh, with a warning.
+    """
+    base = Path(cfg["out-dir"]).expanduser().resolve()
+    base.mkdir(parents=True, exist_ok=True)
+    if cfg["run-name"]:
+        run_dir = base / cfg["run-name"]
+        old = read_results(run_dir)
+        if old and old.get("summary", {}).get("complete"):
+            raise ConfigError(
+                f"run config 'run-name' = '{cfg['run-name']}': {run_dir} holds a finished run, "
+                "which this run would overwrite. Choose another run-name, leave it empty for a "
+                "new folder, or extend that run with resume='latest' and a larger "
+                "num-server-rounds.")
+        if old:
+            log(WARNING, "%s holds an unfinished run (%d rounds): starting afresh over it (to "
+                "continue it instead, use resume='latest').", run_dir, len(old.get("rounds", [])))
+        run_dir.mkdir(exist_ok=True)
+        return run_dir
+    name = run_dir_name(cfg, now)
+    i = 1
+    while True:
+        run_dir = base / (name if i == 1 else f"{name}-{i}")
+        try:
+            run_dir.mkdir()
+            return run_dir
+        except FileExistsError:
+            i += 1
+
+
+def mark_running(run_dir: Path, cfg: dict[str, Any], flower_run_id: int | None) -> None:
+    """results.json says "running" (not complete) from the moment the folder is the run's; a
+    resumed run keeps its rows and adds its Flower run id to the list."""
+    old = read_results(run_dir) or {}
+    ids = [i for i in old.get("flower-run-ids", []) if i != flower_run_id]
+    old_summary = old.get("summary") if isinstance(old.get("summary"), dict) else {}
+    results = {"config": cfg, "status": "running", "error": None,
+               "flower-run-id": flower_run_id,
+               "flower-run-ids": ids + ([flower_run_id] if flower_run_id is not None else []),
+               "started-at": now_iso(), "ended-at": None,
+               "summary": {**old_summary, "complete": False}, "rounds": old.get("rounds", [])}
+    write_json_atomic(Path(run_dir) / RESULTS, results)
+
+
+def mark_failed(run_dir: Path, error: str) -> None:
+    """results.json says "failed", with the error; the rows written so far stay."""
+    results = read_results(run_dir) or {"summary": {}, "rounds": []}
+    results.update({"status": "failed", "error": error, "ended-at": now_iso()})
+    results.setdefault("summary", {})["complete"] = False
+    write_json_atomic(Path(run_dir) / RESULTS, results)
 
 
 def rows_csv(rows: list[dict[str, Any]]) -> str:
@@ -68,6 +151,12 @@ class RunRecorder:
         self.totals = {"bytes-down-total": 0, "bytes-up-total": 0}
         self.complete = False
         self.t_round = self.t_start = time.monotonic()
+        self.round_seconds: list[float] = []  # of this process's rounds: the ETA
+        # what mark_running wrote (status, Flower run ids, start time) stays in every save
+        header = read_results(run_dir) or {}
+        self.header = {k: v for k, v in header.items() if k not in ("config", "summary", "rounds")}
+        self.header.update({"status": "running", "error": None})
+        self.trackers: list = []  # reporting.tracking: log(round, row) and close()
 
     def train_metrics(self, contents: list[RecordDict], weight_key: str) -> MetricRecord:
         """Flower's weighted average of the train metrics, kept for this round's row."""
@@ -107,9 +196,16 @@ class RunRecorder:
         now = time.monotonic()
         row["seconds"] = now - self.t_round
         self.t_round = now
+        if server_round > 0:
+            self.round_seconds.append(row["seconds"])
         self.rows.append(row)
         self._log(row, rounds)
         self.save()
+        for tracker in self.trackers:
+            tracker.log(server_round, row)
+        every = self.cfg["plot-every"]
+        if every and server_round > 0 and server_round % every == 0 and server_round < rounds:
+            self.plot()
         return MetricRecord({k: v for k, v in row.items() if isinstance(v, (int, float))
                              and not (isinstance(v, float) and math.isnan(v))})
 
@@ -138,9 +234,13 @@ class RunRecorder:
         if "clients-sampled" in row:
             traffic = (f" | clients {row['clients-replied']}/{row['clients-sampled']}"
                        f" | MB down {row['bytes-down'] / 1e6:.3f} up {row['bytes-up'] / 1e6:.3f}")
-        log(INFO, "[round %d/%d] test-acc %s | ema-acc %s | test-loss %s | train-loss %s%s | %.2f s",
-            row["round"], rounds, f("test-acc"), f("ema-acc"), f("test-loss"), f("train-loss"),
-            traffic, row["seconds"])
+        eta = ""
+        if self.round_seconds and row["round"] < rounds:
+            recent = self.round_seconds[-20:]  # the recent pace: round 1 pays for start-up
+            eta = f" | ETA {duration(sum(recent) / len(recent) * (rounds - row['round']))}"
+        log(INFO, "[round %d/%d] test-acc %s | ema-acc %s | test-loss %s | train-loss %s%s | "
+            "%.2f s%s", row["round"], rounds, f("test-acc"), f("ema-acc"), f("test-loss"), f("train-loss"),
+            traffic, row["seconds"], eta)
 
     def summary(self) -> dict[str, Any]:
         out = run_summary(self.rows, acc_at_rounds=acc_at_rounds(self.cfg),
@@ -150,14 +250,12 @@ class RunRecorder:
         return out
 
     def save(self) -> None:
-        write_json_atomic(self.run_dir / "results.json",
-                          {"config": self.cfg, "summary": self.summary(), "rounds": self.rows})
+        self.header["status"] = "complete" if self.complete else self.header["status"]
+        write_json_atomic(self.run_dir / RESULTS, {
+            "config": self.cfg, **self.header, "summary": self.summary(), "rounds": self.rows})
         write_text_atomic(self.run_dir / "metrics.csv", rows_csv(self.rows))
 
-    def finish(self) -> dict[str, Any]:
-        """Mark the run complete, write the final results and the plots; return the summary."""
-        self.complete = True
-        self.save()
+    def plot(self) -> None:
         try:
             from reporting.plots import plot_run
 
@@ -166,4 +264,20 @@ class RunRecorder:
             plot_run(self.rows, self.run_dir, title=title)
         except Exception as err:  # a plot must never cost the run's results
             log(WARNING, "Could not draw the run's plots: %r", err)
+
+    def close_trackers(self) -> None:
+        for tracker in self.trackers:
+            try:
+                tracker.close()
+            except Exception as err:  # tracking is a copy: never let it cost the run
+                log(WARNING, "Could not close %s: %r", type(tracker).__name__, err)
+        self.trackers = []
+
+    def finish(self) -> dict[str, Any]:
+        """Mark the run complete, write the final results and the plots; return the summary."""
+        self.complete = True
+        self.header["ended-at"] = now_iso()
+        self.save()
+        self.plot()
+        self.close_trackers()
         return self.summary()

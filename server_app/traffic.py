@@ -22,6 +22,8 @@ def array_bytes(content: RecordDict) -> int:
 class MeteredGrid(Grid):
     """Delegates everything to `grid`; `take(message_type)` returns and resets the counters."""
 
+    fixed_size = False  # True: the node count never grows (simulation); see wait_for_nodes
+
     def __init__(self, grid: Grid):
         self.grid = grid
         self.counts: Counter = Counter()

@@ -32,14 +32,22 @@ def wait_for_nodes(grid: Grid, fraction: float, min_nodes: int, min_available: i
                    timeout: float) -> tuple[list[int], int]:
     """The connected node ids and the sample size max(floor(fraction * connected), min_nodes),
     once at least max(size, min_available) nodes are connected; NodeWaitTimeout after `timeout` s
-    (Flower's own sampling waits forever)."""
+    (Flower's own sampling waits forever). A grid with `fixed_size = True` (the simulation's:
+    its node count never grows) fails as soon as the count is the same on two polls."""
     deadline = time.monotonic() + timeout
+    seen = None
     while True:
         nodes = sorted(grid.get_node_ids())
         size = max(int(len(nodes) * fraction), min_nodes)
         needed = max(size, min_available)
         if len(nodes) >= needed:
             return nodes, size
+        if getattr(grid, "fixed_size", False) and nodes and len(nodes) == seen:
+            raise NodeWaitTimeout(
+                f"the simulated federation has {len(nodes)} node(s), {needed} needed per round: "
+                f"raise num-supernodes (--federation-config \"num-supernodes={needed}\") or "
+                "lower min-train-nodes / min-evaluate-nodes.")
+        seen = len(nodes)
         if time.monotonic() > deadline:
             raise NodeWaitTimeout(
                 f"only {len(nodes)} node(s) connected after {timeout:.0f} s, {needed} needed: "

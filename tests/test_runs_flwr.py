@@ -1,0 +1,69 @@
+"""The console and a failed run with the real Flower runtime (`flwr run` against a SuperLink of
+the test's own): one line per round, Flower's per-round lines and the warnings nobody can act on
+gone; too few simulated nodes fail at once, and the status command, not `flwr run`'s exit
+status, says so."""
+
+import json
+import re
+import subprocess
+import sys
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from reporting.superlink import CONNECTION
+from test_simulation import superlink  # noqa: F401 - the module-scoped SuperLink fixture
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow
+
+
+def flwr_run(env, run_config: str, supernodes: int) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["flwr", "run", ".", CONNECTION, "--stream", "--federation-config",
+         f"num-supernodes={supernodes}", "--run-config", run_config],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
+
+
+def status(run_dir: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "reporting.status", str(run_dir)], cwd=ROOT,
+                          capture_output=True, text=True)
+
+
+def test_console_is_one_line_per_round(superlink):  # noqa: F811
+    env, home = superlink
+    out = flwr_run(env, f"num-server-rounds=3 out-dir='{home}/runs' run-name='console'", 8)
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text[-3000:]
+    rounds = re.findall(r"\[round \d+/3\] test-acc [^\n]*", text)
+    assert len(rounds) == 4, text[-3000:]  # round 0 (the initial model) and 1..3
+    for noise in ("[ROUND", "configure_train", "aggregate_train", "Aggregated MetricRecord",
+                  "fraction_evaluate", "FutureWarning", "Starting LookaheadFedAvg"):
+        assert noise not in text, noise
+    done = re.findall(r"Done: [^\n]*", text)
+    assert len(done) == 1 and not re.search(r"\d\.\d{5,}", done[0]), done
+    run_dir = Path(home) / "runs" / "console"
+    results = json.loads((run_dir / "results.json").read_text())
+    started = re.search(r"started run (\d+)", text)
+    assert started and results["flower-run-id"] == int(started.group(1))
+    assert status(run_dir).returncode == 0
+
+
+def test_too_few_simulated_nodes_fail_at_once(superlink):  # noqa: F811
+    env, home = superlink
+    out = flwr_run(env, f"min-train-nodes=5 out-dir='{home}/runs' run-name='few'", 3)
+    text = out.stdout + out.stderr
+    # Flower's `flwr run` exits 0 for a failed run: the status command is what a script reads
+    assert "Run failed: the simulated federation has 3 node(s), 5 needed" in text, text[-3000:]
+    assert "Traceback" not in text, text[-3000:]
+    run_dir = Path(home) / "runs" / "few"
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["status"] == "failed" and "num-supernodes" in results["error"]
+    # from round 0 (metrics.csv is last written then, just before round 1 samples) to the
+    # error: not node-wait-timeout (120 s)
+    round0 = (run_dir / "metrics.csv").stat().st_mtime
+    took = datetime.fromisoformat(results["ended-at"]).timestamp() - round0
+    assert took < 10, took
+    checked = status(run_dir)
+    assert checked.returncode == 1 and checked.stdout.startswith("failed"), checked
