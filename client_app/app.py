@@ -24,6 +24,7 @@ from models.wire import state_view
 from run_config import resolve
 
 from .local_update import LocalConfig, local_update
+from .received import check_train_config
 
 app = ClientApp()
 
@@ -89,6 +90,7 @@ def setup(msg: Message, context: Context):
 
 @app.train()
 def train(msg: Message, context: Context) -> Message:
+    check_train_config(msg.content["config"])  # fail now, not loop for ever on a bad broadcast
     cfg, pid, data, model, device = setup(msg, context)
     c = msg.content["config"]
     local = LocalConfig(

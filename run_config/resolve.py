@@ -148,6 +148,15 @@ def _check_combinations(cfg: dict[str, Any], explicit: set[str]) -> None:
             "strategies keep optimizer state and sample nodes in ways a checkpoint does not "
             "restore. Resume works for every other method."
         )
+    if cfg["method"] in FLOWER_BASELINES and (cfg["robust-aggregator"] != "mean"
+                                              or cfg["dp-clipping-norm"] > 0):
+        raise ConfigError(
+            f"run config 'robust-aggregator' / 'dp-clipping-norm' cannot be combined with method "
+            f"'{cfg['method']}' (Flower's own server update): use one of our methods, e.g. "
+            "fedacg or fedavg, or robust-aggregator = 'mean' and dp-clipping-norm = 0.")
+    if cfg["dp-noise-multiplier"] > 0 and cfg["dp-clipping-norm"] == 0:
+        raise ConfigError("run config 'dp-noise-multiplier' > 0 needs 'dp-clipping-norm' > 0 "
+                          "(the noise is scaled by the clipping norm).")
     if cfg["method"] in FLOWER_BASELINES:
         server_keys = {"lookahead": False, "lam": 0.0, "global-gc": "none", "aggregation": "examples"}
         for name, needed in server_keys.items():

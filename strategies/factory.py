@@ -15,7 +15,8 @@ from feddata.population import ClientPopulation
 from models.centralization import borderline_index, gc_layer_names
 
 from .lookahead_fedavg import LookaheadFedAvg, RoundConfig, to_state, wait_for_nodes
-from .reply_screen import screen_replies
+from .reply_screen import limit_influence, screen_replies
+from .robust import RobustConfig
 
 _FLOWER = {"fedadam": FedAdam, "fedyogi": FedYogi, "fedadagrad": FedAdagrad}
 
@@ -28,6 +29,7 @@ class _ScreenedBaseline(RoundConfig):
     min_train_clients: int = 1
     max_update_norm: float = 0.0
     node_wait_timeout: float = 120.0
+    influence: tuple[float, float] = (10.0, 10.0)  # reply_screen.limit_influence
     round_metrics_fn = None
 
     def configure_train(self, server_round, arrays, config, grid):
@@ -48,6 +50,9 @@ class _ScreenedBaseline(RoundConfig):
     def aggregate_train(self, server_round, replies):
         screened = screen_replies(server_round, replies, self._sent, self._phi, self.weighted_by_key,
                                   self.max_update_norm, lambda n: f"node {n}", lambda n: n)
+        limit_influence(server_round, screened, self._phi, *self.influence, lambda n: f"node {n}")
+        for msg, _, n in screened.good:  # a capped weight is what Flower's aggregation uses
+            next(iter(msg.content.metric_records.values()))[self.weighted_by_key] = n
         arrays, metrics, skip = None, None, None
         if len(screened.good) < self.min_train_clients or not screened.good:
             skip = f"{len(screened.good)} good replies, min-train-clients = {self.min_train_clients}"
@@ -97,6 +102,7 @@ def build_strategy(cfg: dict[str, Any], model: nn.Module, **fedavg_kwargs) -> Fe
         strategy.min_train_clients = cfg["min-train-clients"]
         strategy.max_update_norm = cfg["max-update-norm"]
         strategy.node_wait_timeout = cfg["node-wait-timeout"]
+        strategy.influence = (cfg["update-norm-ratio"], cfg["num-examples-ratio"])
         return strategy
     population = None
     if cfg["dynamic-replace-prob"] > 0:
@@ -109,5 +115,16 @@ def build_strategy(cfg: dict[str, Any], model: nn.Module, **fedavg_kwargs) -> Fe
         global_gc_layers=gc_layer_names(model, cfg["global-gc"], cfg["gc-borderline"]),
         gc_vectors=cfg["gc-vectors"], lr=cfg["lr"], lr_decay=cfg["lr-decay"], seed=cfg["seed"],
         node_wait_timeout=cfg["node-wait-timeout"], identify_nodes=True,
-        min_train_clients=cfg["min-train-clients"], max_update_norm=cfg["max-update-norm"], **common,
+        min_train_clients=cfg["min-train-clients"], max_update_norm=cfg["max-update-norm"],
+        update_norm_ratio=cfg["update-norm-ratio"], num_examples_ratio=cfg["num-examples-ratio"],
+        robust_config=robust_config(cfg), **common,
     )
+
+
+def robust_config(cfg: dict[str, Any]) -> RobustConfig:
+    """The run config's robust-aggregation and DP keys (strategies/robust.py)."""
+    return RobustConfig(
+        aggregator=cfg["robust-aggregator"], trim=cfg["trim-fraction"],
+        num_malicious=cfg["num-malicious"], multikrum_select=cfg["multikrum-select"],
+        dp_clipping_norm=cfg["dp-clipping-norm"], dp_noise_multiplier=cfg["dp-noise-multiplier"],
+        seed=cfg["seed"])

@@ -23,8 +23,9 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg, Result
 from flwr.serverapp.strategy.strategy_utils import log_strategy_start_info
 
-from .reply_screen import screen_replies, short_reason
-from .server_update import State, aggregate_update, client_weights, global_gc_, lookahead, server_step_
+from . import robust
+from .reply_screen import limit_influence, screen_node_reports, screen_replies, short_reason
+from .server_update import State, global_gc_, lookahead, server_step_
 
 
 class NodeWaitTimeout(RuntimeError):
@@ -93,7 +94,9 @@ class LookaheadFedAvg(RoundConfig, FedAvg):
         aggregation: str = "examples", global_gc_layers: Sequence[str] = (),
         gc_vectors: str = "center", lr: float = 0.1, lr_decay: float = 1.0, seed: int = 0,
         node_wait_timeout: float = 120.0, identify_nodes: bool = False, population=None,
-        min_train_clients: int = 1, max_update_norm: float = 0.0, **fedavg_kwargs,
+        min_train_clients: int = 1, max_update_norm: float = 0.0,
+        update_norm_ratio: float = 10.0, num_examples_ratio: float = 10.0,
+        robust_config: robust.RobustConfig = robust.RobustConfig(), **fedavg_kwargs,
     ) -> None:
         fedavg_kwargs.setdefault("min_available_nodes", fedavg_kwargs.get("min_train_nodes", 2))
         super().__init__(**fedavg_kwargs)
@@ -107,6 +110,8 @@ class LookaheadFedAvg(RoundConfig, FedAvg):
         self.node_wait_timeout = node_wait_timeout
         self.min_train_clients = min_train_clients
         self.max_update_norm = max_update_norm
+        self.influence = (update_norm_ratio, num_examples_ratio)  # reply_screen.limit_influence
+        self.robust = robust_config  # how the updates become d (strategies/robust.py)
         self.rng = random.Random(seed)  # node sampling; Flower's FedAvg uses the global `random`
         # Node ids change from run to run (simulation draws them at random); with
         # `identify_nodes`, nodes are asked for their partition-id once and sampled in that order,
@@ -115,6 +120,7 @@ class LookaheadFedAvg(RoundConfig, FedAvg):
         self.partition_of: dict[int, int] = {}
         self._queried: set[int] = set()
         self.num_slots = 0  # num-partitions the nodes reported
+        self.refused: set[int] = set()  # nodes whose report was invalid: never sampled
         # Dynamic clients (feddata.ClientPopulation): each node (slot = its partition-id) is told
         # which data partition to train on this round; None = every node keeps its own.
         self.population = population
@@ -235,17 +241,20 @@ class LookaheadFedAvg(RoundConfig, FedAvg):
         content = RecordDict({"config": ConfigRecord({"want": "partition-id"})})
         replies = grid.send_and_receive(
             self._construct_messages(content, new, MessageType.QUERY), timeout=self.node_wait_timeout)
+        reports = {}
         for msg in replies:
             if msg.has_error():
                 log(WARNING, "node %d did not say its partition-id: %s", msg.metadata.src_node_id,
                     short_reason(msg.error.reason))
                 continue
             for rec in msg.content.metric_records.values():
-                pid = rec.get("partition-id")
-                if isinstance(pid, int) and not isinstance(pid, bool):
-                    self.partition_of[msg.metadata.src_node_id] = pid
-                if isinstance(rec.get("num-partitions"), int):
-                    self.num_slots = max(self.num_slots, rec["num-partitions"])
+                reports[msg.metadata.src_node_id] = (rec.get("partition-id"),
+                                                     rec.get("num-partitions"))
+        accepted, self.num_slots, refused = screen_node_reports(reports, self.num_slots)
+        self.partition_of.update(accepted)
+        for node, why in refused.items():  # reply_screen.check_node_report
+            log(WARNING, "node %d: its report was refused (%s); it is not sampled", node, why)
+            self.refused.add(node)
 
     def ordered(self, nodes: list[int]) -> list[int]:
         """Nodes by partition-id where known (stable across runs), then by node id."""
@@ -263,6 +272,8 @@ class LookaheadFedAvg(RoundConfig, FedAvg):
                                      self.node_wait_timeout)
         if self.identify_nodes:
             self._identify(grid, nodes)
+            nodes = [n for n in nodes if n not in self.refused]
+            size = min(size, len(nodes))
         return self.rng.sample(self.ordered(nodes), size)
 
     # --- training -----------------------------------------------------------------------
@@ -323,6 +334,7 @@ class LookaheadFedAvg(RoundConfig, FedAvg):
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         screened = screen_replies(server_round, replies, self._sent, self.phi, self.weighted_by_key,
                                   self.max_update_norm, self.describe, self.order_key)
+        limit_influence(server_round, screened, self.phi, *self.influence, self.describe)
         counts = screened.counts
         n = [weight for _, _, weight in screened.good]
         log(INFO, "aggregate_train: %d good replies; %d errors, %d timeouts, %d dropped",
@@ -332,14 +344,16 @@ class LookaheadFedAvg(RoundConfig, FedAvg):
             skip = f"{len(screened.good)} good replies, min-train-clients = {self.min_train_clients}"
         elif not screened.good or (self.aggregation == "examples" and sum(n) <= 0):
             skip = "the good replies report no training examples"
+        elif robust.too_few(self.robust, len(screened.good)):
+            skip = robust.too_few(self.robust, len(screened.good))
         if skip is not None:
             log(WARNING, "round %d skipped (%s): theta and m unchanged", server_round, skip)
             metrics = MetricRecord({**counts, "skipped": 1})
             if self.round_metrics_fn:
                 self.round_metrics_fn(server_round, metrics)
             return None, metrics
-        d = aggregate_update(self.phi, [model for _, model, _ in screened.good],
-                             client_weights(n, self.aggregation))
+        d = robust.aggregate(self.robust, self.phi, [model for _, model, _ in screened.good], n,
+                             self.aggregation, server_round)
         global_gc_(d, self.global_gc_layers, self.gc_vectors)
         server_step_(self.theta, self.m, d, self.lam, self.eta)
         for k, v in screened.good[0][1].items():  # non-float buffers: from the first reply (SPEC 1.1)
