@@ -87,6 +87,8 @@ def attack_handler(attack: str, real, bad: list[int]):
             return real(i, msg)
         if attack == "label-flip":
             return _flipped_labels(real, i, msg)
+        if attack == "crash":  # not an attack: the malicious nodes fail (tests compare with it)
+            raise RuntimeError("malicious node crashed")
         out = real(i, msg)
         phi = msg.content["arrays"].to_torch_state_dict()
         w = out.content["arrays"].to_torch_state_dict()

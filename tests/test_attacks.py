@@ -1,7 +1,8 @@
 """Poisoning attacks on a digits federation in-process (tests/attacks.py): under the defaults
 and under every robust aggregator, no attack leaves theta non-finite or zero; the attacks the
-defaults are meant to stop (scaling, NaN/Inf, weight inflation, repeated replies) do not cost
-accuracy. The accuracy table of docs/security.md comes from `python tests/attacks.py`."""
+defaults are meant to stop (scaling, NaN/Inf) leave theta bitwise as if the malicious nodes had
+crashed, weight inflation is capped and repeated replies are dropped. The accuracy table of
+docs/security.md comes from `python tests/attacks.py`."""
 
 import math
 
@@ -22,16 +23,17 @@ def assert_alive(theta: dict):
 
 
 @pytest.fixture(scope="module")
-def clean(tmp_path_factory):
+def crashed(tmp_path_factory):
+    """The malicious nodes fail instead of attacking: what dropping their replies must give."""
     from flwr.supercore.task_identity import TaskIdentity
 
     TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1  # (module scope)
-    return {s: run_attack("clean", s, out_dir=tmp_path_factory.mktemp(s), **FAST) for s in SETUPS}
+    return {s: run_attack("crash", s, out_dir=tmp_path_factory.mktemp(s), **FAST) for s in SETUPS}
 
 
 @pytest.mark.parametrize("setup", list(SETUPS))
 @pytest.mark.parametrize("attack", [a for a in ATTACKS if a != "clean"])
-def test_defaults_survive_every_attack(attack, setup, clean, tmp_path):
+def test_defaults_survive_every_attack(attack, setup, crashed, tmp_path):
     res = run_attack(attack, setup, out_dir=tmp_path, **FAST)
     assert_alive(res["theta"])
     last = res["rounds"][-1]
@@ -39,7 +41,8 @@ def test_defaults_survive_every_attack(attack, setup, clean, tmp_path):
         # the malicious replies are dropped (norm outliers, non-finite, repeated)
         assert last["train-dropped"] >= len(SETUPS[setup][1]), last
     if attack in ("scale-1e3", "scale-1e12", "nan-inf"):
-        assert res["acc"] >= clean[setup]["acc"] - 0.05, (res["acc"], clean[setup]["acc"])
+        for k, v in crashed[setup]["theta"].items():
+            assert torch.equal(res["theta"][k], v), k
     if attack.startswith("examples-"):
         assert last["train-capped-weight"] >= 1, last
 
@@ -49,7 +52,6 @@ def test_defaults_survive_every_attack(attack, setup, clean, tmp_path):
 def test_robust_aggregators_survive(aggregator, attack, tmp_path):
     res = run_attack(attack, "2-of-10", aggregator, out_dir=tmp_path, **FAST)
     assert_alive(res["theta"])
-    assert res["acc"] > 0.3, res["acc"]  # learns (chance is 0.1)
 
 
 def test_without_the_defaults_the_attacks_do_break_the_model(tmp_path):
