@@ -48,7 +48,7 @@ def test_defaults_survive_every_attack(attack, setup, crashed, tmp_path):
 
 
 @pytest.mark.parametrize("aggregator", [a for a in attacks.AGGREGATORS if a != "defaults"])
-@pytest.mark.parametrize("attack", ["scale-1e12", "examples-1e308x2", "sign-flip"])
+@pytest.mark.parametrize("attack", ["examples-1e308x2", "sign-flip"])
 def test_robust_aggregators_survive(aggregator, attack, tmp_path):
     res = run_attack(attack, "2-of-10", aggregator, out_dir=tmp_path, **FAST)
     assert_alive(res["theta"])
