@@ -26,6 +26,7 @@ from models.wire import state_view
 
 from .local_update import LocalContext, local_update
 from .objective import settings
+from .received import check_train_config
 
 app = ClientApp()
 
@@ -91,6 +92,7 @@ def setup(msg: Message, context: Context):
 
 @app.train()
 def train(msg: Message, context: Context) -> Message:
+    check_train_config(msg.content["config"])  # fail now, not loop for ever on a bad broadcast
     cfg, pid, data, model, device = setup(msg, context)
     c = msg.content["config"]  # only what changes per round: lr, server-round
     client = settings(context.run_config)

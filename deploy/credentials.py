@@ -46,11 +46,18 @@ def _write(path: Path, data: bytes, private: bool, force: bool) -> None:
     if path.exists() and not force:
         raise FileExistsError(f"{path} exists (use --force to replace it)")
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    # Private keys: owner-only on the host. Mounted into containers that run as another user,
-    # they must be readable there (docker/README.md says how to tighten this).
-    os.chmod(tmp, 0o600 if private else 0o644)
-    os.replace(tmp, path)
+    tmp.unlink(missing_ok=True)  # O_EXCL below: never write into a file someone else made
+    # Private keys are created owner-only (0600) by the open call itself, so there is no moment
+    # at which another user could read them; public files are 0644.
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600 if private else 0o644)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, 0o600 if private else 0o644)  # only widens 0644 files a umask narrowed
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def _name(common_name: str) -> x509.Name:

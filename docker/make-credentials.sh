@@ -5,10 +5,11 @@
 #   docker/make-credentials.sh [NUM_NODES=2] [EXTRA_SAN ...]      e.g. docker/make-credentials.sh 5 IP:192.168.1.10
 #
 # Writes $CREDENTIALS_DIR (default docker/credentials). Existing files are kept, so adding nodes
-# later (a larger NUM_NODES) only makes the new keys. The containers run as uid 49999 (the user
-# of Flower's images): run as root, the private files are given to that uid (mode 600);
-# otherwise they are made readable by all local users (mode 644), which is fine for a demo
-# on your own machine only.
+# later (a larger NUM_NODES) only makes the new keys. Private files are mode 600 from the
+# start. The containers run as uid 49999 (the user of Flower's images): run as root, the
+# private files are given to that uid; run as another user they stay yours (600) and the script
+# prints the one `sudo chown` that lets the containers read them. They are never made
+# readable by other users.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 nodes=${1:-2}
@@ -30,10 +31,12 @@ if [ ! -e "$out/superexec.secret" ]; then
 fi
 private=("$out/server.key" "$out/superexec.secret")
 for ((i = 0; i < nodes; i++)); do private+=("$out/supernode-$i"); done
+chmod 600 "${private[@]}"
 if [ "$(id -u)" = 0 ]; then
     chown 49999:49999 "${private[@]}"
-    chmod 600 "${private[@]}"
 else
-    chmod 644 "${private[@]}"
+    echo "not root: the private files are yours with mode 600; before 'docker compose up', let"
+    echo "the containers (uid 49999) read them with:"
+    echo "  sudo chown 49999:49999 ${private[*]}"
 fi
 echo "credentials for $nodes SuperNodes in $out (ca.key stays here: it is mounted nowhere)"

@@ -1,7 +1,7 @@
 # SuperExec image with the app's Python dependencies: runs the ServerApp (next to the SuperLink)
 # or a node's ClientApp processes (next to its SuperNode). The app's code is not baked in: each
 # run ships it as a FAB. Build context: the repository root (see /.dockerignore).
-#   PIP_EXTRA_ARGS="--extra-index-url https://download.pytorch.org/whl/cpu"  -> CPU-only torch
+#   PIP_EXTRA_ARGS="--extra-index-url <PyTorch CPU wheel index>"  -> CPU-only torch (see PyTorch's install page)
 ARG BASE_IMAGE=flwr/superexec:1.41.0
 FROM ${BASE_IMAGE}
 ARG PIP_EXTRA_ARGS=""

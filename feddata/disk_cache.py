@@ -15,6 +15,10 @@ Key: every run-config key of the `data` group of `run_config.schema` plus `seed`
 `feddata.loading.DATA_KEYS`, so a data key added to the schema is keyed without touching this
 file), the partition id and count, the versions of the data libraries and a hash of the data
 code (`feddata/*.py`), so a changed split or preprocessing never reads a stale file.
+
+Repair: a file that cannot be read, has another key, or lacks a tensor is rebuilt and replaced;
+`<name>.<pid>.<random>.tmp` files left by a writer that was killed (its process is gone, or the
+file is older than STALE_TMP_SECONDS) are removed when the folder is next written to.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import hashlib
 import json
 import os
 import tempfile
+import time
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -37,6 +42,7 @@ FORMAT = 1  # bump when the file layout changes
 CACHE_KEY_NAMES: tuple[str, ...] = tuple(k.name for k in KEYS if k.group == "data") + ("seed",)
 _DATA_LIBRARIES = ("datasets", "flwr-datasets", "numpy")
 _FEDDATA = Path(__file__).resolve().parent
+STALE_TMP_SECONDS = 600.0  # a cache write takes seconds; an older .tmp file is a dead write's
 
 
 @dataclass(frozen=True)
@@ -118,8 +124,48 @@ def _read(path: Path, key: dict[str, Any]) -> PreparedPartition | None:
         return None
     if not isinstance(blob, dict) or blob.get("key") != json.dumps(key, sort_keys=True):
         return None
-    return PreparedPartition(blob["train_x"], blob["train_y"], blob["val_x"], blob["val_y"],
-                             tuple(blob["in_shape"]), int(blob["num_classes"]))
+    try:  # the right key but missing or wrong fields (a foreign or hand-edited file): rebuild
+        tensors = [blob[k] for k in ("train_x", "train_y", "val_x", "val_y")]
+        if not all(isinstance(t, torch.Tensor) for t in tensors):
+            return None
+        if len(tensors[0]) != len(tensors[1]) or len(tensors[2]) != len(tensors[3]):
+            return None
+        return PreparedPartition(*tensors, tuple(int(d) for d in blob["in_shape"]),
+                                 int(blob["num_classes"]))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _writer_gone(tmp: Path) -> bool:
+    """Whether the process named in `<name>.<pid>.<random>.tmp` is not running here."""
+    parts = tmp.name.split(".")
+    try:
+        pid = int(parts[-3])
+    except (IndexError, ValueError):
+        return False
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def remove_stale_tmp(folder: Path) -> list[Path]:
+    """Delete the .tmp files of killed writers in `folder`; returns them."""
+    removed = []
+    now = time.time()
+    for tmp in folder.glob("*.tmp"):
+        try:
+            if _writer_gone(tmp) or now - tmp.stat().st_mtime > STALE_TMP_SECONDS:
+                tmp.unlink()
+                removed.append(tmp)
+        except FileNotFoundError:  # another process removed or renamed it
+            pass
+    return removed
 
 
 def _write(path: Path, key: dict[str, Any], part: PreparedPartition) -> None:
@@ -130,7 +176,9 @@ def _write(path: Path, key: dict[str, Any], part: PreparedPartition) -> None:
         "val_x": part.val_x.contiguous(), "val_y": part.val_y.contiguous(),
         "in_shape": list(part.in_shape), "num_classes": part.num_classes,
     }
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    remove_stale_tmp(path.parent)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{path.name}.{os.getpid()}.",
+                               suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             torch.save(blob, f)

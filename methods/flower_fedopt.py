@@ -47,6 +47,9 @@ class FlowerFedOpt(ServerRule):
     def aggregate(self, server_round: int, good: list, phi: dict, up: list):
         from flwr.serverapp.exception import AggregationError, InconsistentMessageReplies
 
+        key = self.flower.weighted_by_key
+        for msg, _, n in good:  # a capped weight (reply_screen.limit_influence) is what it uses
+            next(iter(msg.content.metric_records.values()))[key] = n
         try:
             arrays, _ = self.flower.aggregate_train(server_round, [msg for msg, _, _ in good])
         except (InconsistentMessageReplies, AggregationError, ArithmeticError, ValueError) as err:

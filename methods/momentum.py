@@ -23,18 +23,22 @@ class MomentumRule(ServerRule):
     """Look-ahead broadcast, weighted mean of the updates, global GC, server momentum and step."""
 
     name = "momentum"
-    keys = ("lookahead", "lam", "eta", "aggregation", "global-gc", "gc-vectors", "gc-borderline")
+    keys = ("lookahead", "lam", "eta", "aggregation", "global-gc", "gc-vectors", "gc-borderline",
+            "robust-aggregator", "trim-fraction", "num-malicious", "multikrum-select",
+            "dp-clipping-norm", "dp-noise-multiplier")
     supports = frozenset({"lookahead", "global-gc", "aggregation=uniform", "dynamic-clients",
                           "resume"})
     summary = "look-ahead broadcast, server momentum, global GC (docs/algorithms.md#server-round)"
 
     def __init__(self, cfg, model) -> None:
         from models.centralization import gc_layer_names
+        from strategies.robust import robust_config
 
         super().__init__(cfg, model)
         self.setup(lam=cfg["lam"], eta=cfg["eta"], lookahead=cfg["lookahead"],
                    aggregation=cfg["aggregation"], gc_vectors=cfg["gc-vectors"],
-                   global_gc_layers=gc_layer_names(model, cfg["global-gc"], cfg["gc-borderline"]))
+                   global_gc_layers=gc_layer_names(model, cfg["global-gc"], cfg["gc-borderline"]),
+                   robust=robust_config(cfg))
 
     @classmethod
     def with_values(cls, **values) -> MomentumRule:
@@ -46,13 +50,16 @@ class MomentumRule(ServerRule):
 
     def setup(self, *, lam: float = 0.0, eta: float = 1.0, lookahead: bool = False,
               aggregation: str = "examples", global_gc_layers: Sequence[str] = (),
-              gc_vectors: str = "center") -> None:
+              gc_vectors: str = "center", robust=None) -> None:
+        from strategies.robust import RobustConfig
+
         if not 0 <= lam < 1:
             raise ValueError(f"lam must be in [0, 1), got {lam}")
         self.lam, self.eta, self.lookahead = lam, eta, lookahead
         self.aggregation = aggregation
         self.global_gc_layers = list(global_gc_layers)
         self.gc_vectors = gc_vectors
+        self.robust = robust or RobustConfig()  # how the updates become d (strategies/robust.py)
         self.theta = None  # global model, name -> tensor
         self.m = None  # server momentum
         self.phi = None  # last broadcast point
@@ -88,14 +95,17 @@ class MomentumRule(ServerRule):
     def aggregate(self, server_round: int, good: list, phi: dict, up: list):
         from flwr.app import ArrayRecord
 
-        from strategies.server_update import (aggregate_update, client_weights, global_gc_,
-                                              server_step_)
+        from strategies import robust
+        from strategies.server_update import global_gc_, server_step_
 
         n = [weight for _, _, weight in good]
         if self.aggregation == "examples" and sum(n) <= 0:
             return None, "the good replies report no training examples"
-        d = aggregate_update(phi, [model for _, model, _ in good],
-                             client_weights(n, self.aggregation))
+        too_few = robust.too_few(self.robust, len(good))
+        if too_few:
+            return None, too_few
+        d = robust.aggregate(self.robust, phi, [model for _, model, _ in good], n,
+                             self.aggregation, server_round)
         global_gc_(d, self.global_gc_layers, self.gc_vectors)
         server_step_(self.theta, self.m, d, self.lam, self.eta)
         for k, v in good[0][1].items():  # non-float buffers: from the first reply

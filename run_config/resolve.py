@@ -176,3 +176,13 @@ def _check_parts(cfg: dict[str, Any], explicit: set[str]) -> None:
                 f"client-objective "
                 f"'{cfg['client-objective']}'): drop it, or choose a server-rule / "
                 "client-objective that has it.")
+    if getattr(rule, "flower_class", None) and (cfg["robust-aggregator"] != "mean"
+                                                or cfg["dp-clipping-norm"] > 0):
+        raise ConfigError(
+            f"run config 'robust-aggregator' / 'dp-clipping-norm' cannot be combined with "
+            f"server-rule '{cfg['server-rule']}' (Flower's own server update): use one of our "
+            "rules, e.g. method fedacg or fedavg, or robust-aggregator = 'mean' and "
+            "dp-clipping-norm = 0.")
+    if cfg["dp-noise-multiplier"] > 0 and cfg["dp-clipping-norm"] == 0:
+        raise ConfigError("run config 'dp-noise-multiplier' > 0 needs 'dp-clipping-norm' > 0 "
+                          "(the noise is scaled by the clipping norm).")

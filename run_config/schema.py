@@ -115,10 +115,10 @@ KEYS: tuple[Key, ...] = (
     Key("lr-decay", float, 1.0, "Per-round decay: round t uses lr * lr-decay^(t-1).",
         "client", low=0.0, high=1.0, low_open=True),
     Key("local-epochs", int, 2, "Local epochs E over the partition (used when local-iterations = 0).",
-        "client", low=0),
+        "client", low=0, high=1000),
     Key("local-iterations", int, 0, "Local iterations K (mini-batches); 0 = use local-epochs.",
-        "client", low=0),
-    Key("batch-size", int, 16, "Local mini-batch size.", "client", low=1),
+        "client", low=0, high=1_000_000),
+    Key("batch-size", int, 16, "Local mini-batch size.", "client", low=1, high=100_000),
     Key("local-momentum", float, 0.0, "Momentum of the local SGD optimizer.",
         "client", low=0.0, high=1.0, high_open=True),
     Key("weight-decay", float, 1e-3, "Weight decay of the local SGD optimizer.", "client", low=0.0),
@@ -145,8 +145,10 @@ KEYS: tuple[Key, ...] = (
         resume_may_differ=True),
     Key("node-wait-timeout", float, 120.0, "Seconds to wait for enough nodes to connect before "
         "failing with an error.", "federation", low=0.0, low_open=True, resume_may_differ=True),
+    # high: the clients seed their batch order with (seed * 1000003 + round) * 100003 + partition,
+    # which must stay below 2^64 (torch's seed range)
     Key("seed", int, 0, "Seed of the data split, the partitions, node sampling and model init.",
-        "federation", low=0),
+        "federation", low=0, high=100_000_000),
     Key("dynamic-replace-prob", float, 0.0, "Dynamic clients (FedACG Table 3): every "
         "dynamic-replace-every rounds each client is replaced with this probability by a client "
         "holding a fresh data partition (0 = off; not with fedadam/fedyogi/fedadagrad).",
@@ -156,6 +158,27 @@ KEYS: tuple[Key, ...] = (
     Key("dynamic-pool-factor", float, 2.0, "With dynamic clients, the data is split into "
         "round(factor * num-partitions) partitions, of which the clients hold num-partitions at a "
         "time (FedACG: 500 for 250 clients).", "federation", low=1.0),
+    # --- robustness: what one client can do to the model (docs/security.md) ---
+    Key("update-norm-ratio", float, 10.0, "Drop a train reply whose update norm (of w_i - phi) "
+        "exceeds this many times the median update norm of the round's replies; 0 = off.",
+        "robustness", low=0.0),
+    Key("num-examples-ratio", float, 10.0, "Weigh a reply's claimed num-examples at most this "
+        "many times the median claim of the round's replies; 0 = off.", "robustness", low=0.0),
+    Key("robust-aggregator", str, "mean", "Rule that turns the round's updates into the "
+        "aggregate d: the weighted mean, or the rule of Flower's FedMedian, FedTrimmedAvg, Krum, "
+        "MultiKrum or Bulyan; server momentum, look-ahead and global GC then apply to d.",
+        "robustness", choices=("mean", "median", "trimmed-mean", "krum", "multikrum", "bulyan")),
+    Key("trim-fraction", float, 0.2, "trimmed-mean: fraction of values cut at each end per "
+        "coordinate (FedTrimmedAvg's beta).", "robustness", low=0.0, high=0.5, high_open=True),
+    Key("num-malicious", int, 0, "krum / multikrum / bulyan: number f of malicious clients "
+        "per round to tolerate (bulyan needs at least 4f + 3 replies).", "robustness", low=0),
+    Key("multikrum-select", int, 0, "multikrum: number of updates averaged; 0 = replies - f.",
+        "robustness", low=0),
+    Key("dp-clipping-norm", float, 0.0, "Server-side DP with fixed clipping (Flower's "
+        "DifferentialPrivacyServerSideFixedClipping): clip every update to this norm; 0 = off.",
+        "robustness", low=0.0),
+    Key("dp-noise-multiplier", float, 0.0, "Server-side DP: add Gaussian noise of std "
+        "multiplier * dp-clipping-norm / replies to the aggregate.", "robustness", low=0.0),
     # --- data ---
     Key("dataset", str, "digits", "Dataset (docs/data.md): scikit-learn's bundled 8x8 "
         "digits (offline), or a hub dataset / its local copy.", "data", choices=DATASETS),

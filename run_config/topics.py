@@ -31,6 +31,11 @@ TOPICS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("Reliability",
      "What the server does with late, failed or bad replies ([results](results.md)).",
      ("min-train-clients", "max-update-norm", "round-timeout", "node-wait-timeout")),
+    ("Robustness",
+     "How far one client can move the model: outlier and weight caps, robust aggregators and "
+     "server-side differential privacy ([security](security.md)).",
+     ("update-norm-ratio", "num-examples-ratio", "robust-aggregator", "trim-fraction",
+      "num-malicious", "multikrum-select", "dp-clipping-norm", "dp-noise-multiplier")),
     ("Outputs",
      "Evaluation, the summary's numbers, run folders, checkpoints and resume "
      "([results](results.md), [reporting](algorithms.md#reporting)).",

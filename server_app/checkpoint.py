@@ -4,7 +4,9 @@ A checkpoint is one file, `<run folder>/checkpoint.pt`, replaced atomically (wri
 temporary file in the same folder, flushed to disk, then renamed over the old one), so a crash
 while writing leaves the previous checkpoint intact. It holds plain tensors, numbers, strings,
 lists, tuples and dicts only and is read with `torch.load(weights_only=True)`: loading a
-checkpoint cannot run code. Contents:
+checkpoint cannot run code. Its first line, `fedacg-gc checkpoint sha256=<hex>`, is the SHA-256
+of the rest (the `torch.save` bytes): a damaged file (flipped bytes, cut short) is refused with
+an error instead of resuming from something else. Contents:
 
     format          CHECKPOINT_FORMAT
     round           the last completed round
@@ -16,6 +18,8 @@ checkpoint cannot run code. Contents:
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import os
 import random
@@ -29,6 +33,7 @@ from run_config import KEYS, PRESETS, ConfigError
 
 CHECKPOINT_NAME = "checkpoint.pt"
 CHECKPOINT_FORMAT = 1
+CHECKSUM_PREFIX = b"fedacg-gc checkpoint sha256="  # + 64 hex digits + newline, then the payload
 
 
 class CheckpointError(RuntimeError):
@@ -56,9 +61,13 @@ def save_checkpoint(run_dir: Path, server_round: int, config: dict[str, Any],
     tmp = path.with_name(f".{CHECKPOINT_NAME}.{os.getpid()}.tmp")
     payload = {"format": CHECKPOINT_FORMAT, "round": server_round, "config": dict(config),
                "strategy": strategy_state, "rng": rng_state(), "rows": [dict(r) for r in rows]}
+    buffer = io.BytesIO()
+    torch.save(payload, buffer)
+    data = buffer.getvalue()
     try:
         with open(tmp, "wb") as f:
-            torch.save(payload, f)
+            f.write(CHECKSUM_PREFIX + hashlib.sha256(data).hexdigest().encode() + b"\n")
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -71,10 +80,27 @@ def save_checkpoint(run_dir: Path, server_round: int, config: dict[str, Any],
 def load_checkpoint(path: Path) -> dict[str, Any]:
     """Read a checkpoint with weights_only loading; CheckpointError if it is not a usable one."""
     try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+        raw = Path(path).read_bytes()
+    except OSError as err:
+        raise CheckpointError(f"cannot read checkpoint {path}: {err}") from None
+    if not raw:
+        raise CheckpointError(f"checkpoint {path} is empty (0 bytes): it was not written to the "
+                              "end. Resume from another checkpoint, or start afresh with "
+                              "resume = ''.")
+    if raw.startswith(CHECKSUM_PREFIX):
+        header, _, raw = raw.partition(b"\n")
+        if hashlib.sha256(raw).hexdigest().encode() != header[len(CHECKSUM_PREFIX):]:
+            raise CheckpointError(
+                f"checkpoint {path} is damaged: its SHA-256 does not match the one it was "
+                "written with (changed or truncated on disk). Resume from another checkpoint, "
+                "or start afresh with resume = ''.")
+    # else: a checkpoint written before checksums were added: read it as it is
+    try:
+        ckpt = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
     except Exception as err:
+        first = (str(err).splitlines() or [""])[0]
         raise CheckpointError(
-            f"cannot read checkpoint {path}: {type(err).__name__}: {str(err).splitlines()[0]} "
+            f"cannot read checkpoint {path}: {type(err).__name__}: {first} "
             "(only files written by this app are accepted; they hold tensors and plain values, "
             "no pickled objects)"
         ) from None

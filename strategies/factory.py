@@ -28,6 +28,7 @@ def build_strategy(cfg: dict[str, Any], model: nn.Module, **fedavg_kwargs) -> Me
     return MethodStrategy(
         rule, nodes=nodes, lr=cfg["lr"], lr_decay=cfg["lr-decay"],
         min_train_clients=cfg["min-train-clients"], max_update_norm=cfg["max-update-norm"],
+        update_norm_ratio=cfg["update-norm-ratio"], num_examples_ratio=cfg["num-examples-ratio"],
         fraction_train=cfg["fraction-train"], fraction_evaluate=cfg["fraction-evaluate"],
         min_train_nodes=cfg["min-train-nodes"], min_evaluate_nodes=cfg["min-evaluate-nodes"],
         min_available_nodes=cfg["min-train-nodes"], **fedavg_kwargs,
@@ -39,7 +40,9 @@ def LookaheadFedAvg(  # noqa: N802  (the strategy's former class name; tests bui
     aggregation: str = "examples", global_gc_layers: Sequence[str] = (),
     gc_vectors: str = "center", lr: float = 0.1, lr_decay: float = 1.0, seed: int = 0,
     node_wait_timeout: float = 120.0, identify_nodes: bool = False, population=None,
-    min_train_clients: int = 1, max_update_norm: float = 0.0, **fedavg_kwargs,
+    min_train_clients: int = 1, max_update_norm: float = 0.0,
+    update_norm_ratio: float = 10.0, num_examples_ratio: float = 10.0, robust_config=None,
+    **fedavg_kwargs,
 ) -> MethodStrategy:
     """The momentum server rule (FedAvg, FedAvgM, FedACG, FedAGM, global GC) from keyword values:
     lam = 0, eta = 1, no global GC: FedAvg. lookahead = False, lam > 0: FedAvgM.
@@ -47,11 +50,13 @@ def LookaheadFedAvg(  # noqa: N802  (the strategy's former class name; tests bui
     from methods.momentum import MomentumRule
 
     rule = MomentumRule.with_values(lam=lam, eta=eta, lookahead=lookahead, aggregation=aggregation,
-                                    global_gc_layers=global_gc_layers, gc_vectors=gc_vectors)
+                                    global_gc_layers=global_gc_layers, gc_vectors=gc_vectors,
+                                    robust=robust_config)
     fedavg_kwargs.setdefault("min_available_nodes", fedavg_kwargs.get("min_train_nodes", 2))
     nodes = Nodes(seed=seed, min_available_nodes=fedavg_kwargs["min_available_nodes"],
                   node_wait_timeout=node_wait_timeout, identify_nodes=identify_nodes,
                   population=population)
     return MethodStrategy(rule, nodes=nodes, lr=lr, lr_decay=lr_decay,
                           min_train_clients=min_train_clients, max_update_norm=max_update_norm,
-                          **fedavg_kwargs)
+                          update_norm_ratio=update_norm_ratio,
+                          num_examples_ratio=num_examples_ratio, **fedavg_kwargs)

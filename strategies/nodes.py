@@ -21,7 +21,7 @@ from flwr.common import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy.strategy_utils import sample_nodes
 
-from .reply_screen import short_reason
+from .reply_screen import screen_node_reports, short_reason
 
 
 class NodeWaitTimeout(RuntimeError):
@@ -81,6 +81,7 @@ class Nodes:
         self.identify_nodes = identify_nodes
         self.partition_of: dict[int, int] = {}
         self._queried: set[int] = set()
+        self.refused: set[int] = set()  # nodes whose report was invalid: never sampled
         self.num_slots = 0  # num-partitions the nodes reported
         # Simulated nodes (the first node asked says so) can train on any partition: no node is
         # asked again; slot p is the p-th node by id, and each message names its partition.
@@ -146,20 +147,22 @@ class Nodes:
         content = RecordDict({"config": ConfigRecord({"want": "partition-id"})})
         replies = grid.send_and_receive(construct(content, nodes, MessageType.QUERY),
                                         timeout=self.node_wait_timeout)
-        simulated = False
+        simulated, reports = False, {}
         for msg in replies:
             if msg.has_error():
                 log(WARNING, "node %d did not say its partition-id: %s", msg.metadata.src_node_id,
                     short_reason(msg.error.reason))
                 continue
             for rec in msg.content.metric_records.values():
-                pid = rec.get("partition-id")
-                if isinstance(pid, int) and not isinstance(pid, bool):
-                    self.partition_of[msg.metadata.src_node_id] = pid
-                if isinstance(rec.get("num-partitions"), int):
-                    self.num_slots = max(self.num_slots, rec["num-partitions"])
+                reports[msg.metadata.src_node_id] = (rec.get("partition-id"),
+                                                     rec.get("num-partitions"))
                 simulated = simulated or rec.get("simulated") == 1
-        return simulated and self.num_slots > 0
+        accepted, self.num_slots, refused = screen_node_reports(reports, self.num_slots)
+        self.partition_of.update(accepted)
+        for node, why in refused.items():  # reply_screen.check_node_report
+            log(WARNING, "node %d: its report was refused (%s); it is not sampled", node, why)
+            self.refused.add(node)
+        return simulated and bool(accepted) and self.num_slots > 0
 
     def ordered(self, nodes: list[int]) -> list[int]:
         """Nodes by partition-id where known (stable across runs), then by node id."""
@@ -181,6 +184,8 @@ class Nodes:
             return sample_nodes(grid, self.min_available_nodes, size)[0]
         if self.identify_nodes:
             self.identify(grid, nodes, construct)
+            nodes = [n for n in nodes if n not in self.refused]
+            size = min(size, len(nodes))
         return self.rng.sample(self.ordered(nodes), size)
 
     # --- dynamic clients --------------------------------------------------------------------

@@ -5,11 +5,17 @@ non-negative weight (`num-examples`), the model's keys with the model's shapes a
 finite values and, with `max_norm > 0`, an update `||w_i - phi||` (over every float tensor) of at
 most `max_norm`. Anything else - an error reply, a missing reply (timeout), a bad update - is
 logged with the node and the reason, counted, and left out; the round goes on with the rest.
+
+`limit_influence` then bounds what one good reply can do (docs/security.md): an update whose
+norm exceeds `norm_ratio` times the round's median update norm is dropped (`dropped-outlier`),
+and a claimed weight above `weight_ratio` times the round's median claim is cut to that value
+(`capped-weight`). `check_node_report` validates what a node says about its partition.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from logging import WARNING
@@ -23,7 +29,7 @@ from models.wire import state_view
 State = dict[str, torch.Tensor]
 
 # Why a reply was dropped; each one is counted as `dropped-<reason>` in the round's metrics.
-REASONS = ("malformed", "keys", "shape", "dtype", "non-finite", "norm")
+REASONS = ("malformed", "keys", "shape", "dtype", "non-finite", "norm", "outlier", "duplicate")
 
 
 def short_reason(reason: str, limit: int = 300) -> str:
@@ -115,6 +121,11 @@ def screen_replies(
     answered = set()
     for msg in replies:
         node = node_of.get(msg.metadata.reply_to_message_id, msg.metadata.src_node_id)
+        if node in answered:  # one reply per instruction: a repeated one is not counted twice
+            out.counts["dropped"] += 1
+            out.counts["dropped-duplicate"] = out.counts.get("dropped-duplicate", 0) + 1
+            log(WARNING, "round %d: dropped a second reply of %s", server_round, describe(node))
+            continue
         answered.add(node)
         if msg.has_error():
             out.counts["errors"] += 1
@@ -138,3 +149,79 @@ def screen_replies(
                                                      item[0].metadata.src_node_id)))
     out.counts["replies"] = len(out.good)
     return out
+
+
+def limit_influence(server_round: int, screened: Screened, phi: State, norm_ratio: float,
+                    weight_ratio: float, describe: Callable[[int], str]) -> Screened:
+    """Drop updates with ||w_i - phi|| > norm_ratio * median_j ||w_j - phi||; cut weights
+    n_i > weight_ratio * median_j n_j to that bound (0 = that rule off). In place; returns it.
+
+    Honest clients of one round have update norms within a small factor of each other, so a
+    ratio of 5-10 leaves them alone; an update scaled by 1e3 or 1e12, or a claim of 1e18
+    examples, is out. With 2 replies the median is their mean and nothing can exceed 2x it.
+    """
+    good, counts = screened.good, screened.counts
+    if norm_ratio > 0 and len(good) >= 2:
+        norms = [update_norm(model, phi) for _, model, _ in good]
+        bound = norm_ratio * statistics.median(norms)
+        keep = []
+        for item, norm in zip(good, norms):
+            if norm > bound:
+                counts["dropped"] += 1
+                counts["dropped-outlier"] = counts.get("dropped-outlier", 0) + 1
+                log(WARNING, "round %d: dropped the reply of %s: update norm %.4g > %g x the "
+                    "round's median %.4g (update-norm-ratio)", server_round,
+                    describe(item[0].metadata.src_node_id), norm, norm_ratio,
+                    statistics.median(norms))
+            else:
+                keep.append(item)
+        good[:] = keep
+    if weight_ratio > 0 and len(good) >= 2:
+        bound = weight_ratio * statistics.median(n for _, _, n in good)
+        for i, (msg, model, n) in enumerate(good):
+            if n > bound:
+                counts["capped-weight"] = counts.get("capped-weight", 0) + 1
+                log(WARNING, "round %d: %s claims %g examples, > %g x the round's median: "
+                    "weighted as %g (weight-ratio)", server_round,
+                    describe(msg.metadata.src_node_id), n, weight_ratio, bound)
+                good[i] = (msg, model, bound)
+    counts["replies"] = len(good)
+    return screened
+
+
+# A node may say it holds partition `partition-id` of `num-partitions`; more partitions than
+# this are refused (each needs examples; no dataset here has more than ~1e6 examples per class).
+MAX_PARTITIONS = 1_000_000
+
+
+def check_node_report(pid: object, nparts: object, limit: int = MAX_PARTITIONS) -> str | None:
+    """None when (partition-id, num-partitions) is a valid report, else why it is not."""
+    for name, v in (("partition-id", pid), ("num-partitions", nparts)):
+        if isinstance(v, bool) or not isinstance(v, int):
+            return f"{name} = {v!r} is not an integer"
+    if not 1 <= nparts <= limit:
+        return f"num-partitions = {nparts} is outside [1, {limit}]"
+    if not 0 <= pid < nparts:
+        return f"partition-id = {pid} is outside [0, num-partitions = {nparts})"
+    return None
+
+
+def screen_node_reports(reports: dict[int, tuple[object, object]], num_slots: int = 0
+                        ) -> tuple[dict[int, int], int, dict[int, str]]:
+    """Nodes' (partition-id, num-partitions) reports -> (node -> partition-id of the accepted
+    ones, num-partitions, node -> why refused). num-partitions is `num_slots` when already
+    known, else the value most nodes report (ties: the smallest), so one node cannot set it."""
+    valid = {n: r for n, r in reports.items() if check_node_report(*r) is None}
+    refused = {n: check_node_report(*r) for n, r in reports.items() if n not in valid}
+    if not num_slots and valid:
+        counts: dict[int, int] = {}
+        for _, nparts in valid.values():
+            counts[nparts] = counts.get(nparts, 0) + 1
+        num_slots = min(counts, key=lambda k: (-counts[k], k))
+    accepted = {}
+    for n, (pid, nparts) in valid.items():
+        if nparts != num_slots:
+            refused[n] = f"num-partitions = {nparts}, the other nodes say {num_slots}"
+        else:
+            accepted[n] = pid
+    return accepted, num_slots, refused

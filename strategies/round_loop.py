@@ -22,7 +22,7 @@ from flwr.serverapp.strategy import FedAvg, Result
 from flwr.serverapp.strategy.strategy_utils import log_strategy_start_info
 
 from .nodes import Nodes
-from .reply_screen import screen_replies, short_reason
+from .reply_screen import limit_influence, screen_replies, short_reason
 
 
 def safe_metrics(aggr_fn, contents: list[RecordDict], weight_key: str) -> MetricRecord:
@@ -55,6 +55,7 @@ class MethodStrategy(RoundConfig, FedAvg):
 
     def __init__(self, rule, *, nodes: Nodes | None = None, lr: float = 0.1,
                  lr_decay: float = 1.0, min_train_clients: int = 1, max_update_norm: float = 0.0,
+                 update_norm_ratio: float = 10.0, num_examples_ratio: float = 10.0,
                  **fedavg_kwargs) -> None:
         fedavg_kwargs.setdefault("min_available_nodes", fedavg_kwargs.get("min_train_nodes", 2))
         super().__init__(**fedavg_kwargs)
@@ -64,6 +65,7 @@ class MethodStrategy(RoundConfig, FedAvg):
         self.lr, self.lr_decay = lr, lr_decay
         self.min_train_clients = min_train_clients
         self.max_update_norm = max_update_norm
+        self.influence = (update_norm_ratio, num_examples_ratio)  # reply_screen.limit_influence
         self._theta_record: ArrayRecord | None = None  # the record theta was last returned as
         self._phi = None  # the last broadcast point, name -> tensor (screening measures from it)
         self._sent: list[Message] = []  # the current train round's instructions
@@ -190,6 +192,7 @@ class MethodStrategy(RoundConfig, FedAvg):
         screened = screen_replies(server_round, replies, self._sent, self._phi,
                                   self.weighted_by_key, self.max_update_norm,
                                   self.nodes.describe, self.nodes.order_key)
+        limit_influence(server_round, screened, self._phi, *self.influence, self.nodes.describe)
         counts = screened.counts
         if self.rule.up:
             self._drop_without_up_records(server_round, screened, up)

@@ -10,6 +10,7 @@ tensor dicts.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -29,10 +30,15 @@ def lookahead(theta: State, m: State, lam: float) -> State:
 
 
 def client_weights(num_examples: Sequence[float], aggregation: str) -> list[float]:
-    """w_i = n_i / sum_j n_j ('examples') or 1 / |S_t| ('uniform')."""
+    """w_i = n_i / sum_j n_j ('examples') or 1 / |S_t| ('uniform'); overflow-safe: when the
+    sum of finite claims overflows (two of 1e308), the weights are computed from n_i / max_j n_j."""
     if aggregation == "uniform":
         return [1.0 / len(num_examples)] * len(num_examples)
     total = float(sum(num_examples))
+    if not math.isfinite(total):  # huge claims overflow the sum: weigh n_i / max_j n_j instead
+        top = float(max(num_examples))
+        num_examples = [n / top for n in num_examples]
+        total = float(sum(num_examples))
     if total <= 0:
         raise ValueError("the replies report no training examples in total")
     return [n / total for n in num_examples]

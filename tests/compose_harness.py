@@ -31,7 +31,8 @@ from app_requirements import app_requirements  # noqa: E402
 CACHE = Path(os.environ.get("FEDACG_DOCKER_TEST_CACHE", Path.home() / ".cache" / "fedacg-gc" / "docker-test"))
 DEBIAN_IMAGE = "fedacg-gc-test/debian-python:bookworm"
 IMAGE_PYTHON = "3.11"  # Debian bookworm's python3
-DEBIAN_MIRROR = "http://deb.debian.org/debian"
+DEBIAN_SUITE = "bookworm"
+APT_SOURCES = (Path("/etc/apt/sources.list"), Path("/etc/apt/sources.list.d"))
 
 
 class EngineUnavailable(Exception):
@@ -162,6 +163,53 @@ def wheelhouse(key: str, log: Path) -> Path:
     return folder
 
 
+def _apt_source_entries(text: str, deb822: bool) -> list[tuple[list[str], list[str]]]:
+    """(URIs, suites) of the binary ('deb') entries of one apt sources file."""
+    entries = []
+    if deb822:  # paragraphs of "Field: value" lines
+        for para in text.split("\n\n"):
+            fields = {}
+            for line in para.splitlines():
+                if ":" in line and not line.lstrip().startswith("#"):
+                    name, _, value = line.partition(":")
+                    fields[name.strip().lower()] = value.split()
+            if "deb" in fields.get("types", []) and fields.get("enabled", ["yes"]) != ["no"]:
+                entries.append((fields.get("uris", []), fields.get("suites", [])))
+        return entries
+    for line in text.splitlines():
+        words = line.split("#", 1)[0].split()
+        if words[:1] != ["deb"]:
+            continue
+        words = words[1:]
+        if words and words[0].startswith("["):  # [arch=amd64 signed-by=...]
+            while words and not words[0].endswith("]"):
+                words = words[1:]
+            words = words[1:]
+        if len(words) >= 2:
+            entries.append(([words[0]], [words[1]]))
+    return entries
+
+
+def debian_mirror(sources: tuple[Path, ...] = APT_SOURCES, suite: str = DEBIAN_SUITE) -> str:
+    """The Debian mirror this machine's apt uses for `suite` (for debootstrap), read from its
+    sources (sources.list, sources.list.d/*.list and *.sources); FEDACG_DEBIAN_MIRROR wins."""
+    if os.environ.get("FEDACG_DEBIAN_MIRROR"):
+        return os.environ["FEDACG_DEBIAN_MIRROR"]
+    files = []
+    for path in sources:
+        if path.is_dir():
+            files += sorted(p for p in path.iterdir() if p.suffix in (".list", ".sources"))
+        elif path.is_file():
+            files.append(path)
+    for f in files:
+        for uris, suites in _apt_source_entries(f.read_text(errors="replace"), f.suffix == ".sources"):
+            if suite in suites and uris:
+                return uris[0]
+    raise EngineUnavailable(
+        f"no apt source for Debian {suite} in {', '.join(str(p) for p in sources)}: "
+        "set FEDACG_DEBIAN_MIRROR to a Debian mirror URL for debootstrap")
+
+
 def debian_image(log: Path) -> None:
     if image_exists(DEBIAN_IMAGE):
         return
@@ -170,7 +218,7 @@ def debian_image(log: Path) -> None:
     with tempfile.TemporaryDirectory(prefix="rootfs-") as tmp:
         rootfs = Path(tmp) / "rootfs"
         cmd = ["debootstrap", "--variant=minbase", "--include=python3,python3-venv,ca-certificates",
-               "bookworm", str(rootfs), DEBIAN_MIRROR]
+               DEBIAN_SUITE, str(rootfs), debian_mirror()]
         with open(log, "a") as f:
             f.write("$ " + " ".join(cmd) + "\n")
             f.flush()

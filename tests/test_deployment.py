@@ -1,6 +1,10 @@
-"""A secured deployment on loopback with the scripts of deploy/: TLS, SuperNode authentication,
-two registered SuperNodes as real processes, one unregistered node that is refused, and a 2-round
-FedACG run on digits through `flwr run . <connection> --stream`.
+"""A secured deployment on loopback with the scripts of deploy/: the SuperLink (TLS, SuperNode
+authentication) on a loopback port of its own, the fleet proxy (nginx) in front of it forwarding
+only the Fleet API and health, two registered SuperNodes as real processes that connect through
+the proxy, one unregistered node that is refused, and a 2-round FedACG run on digits through
+`flwr run . <connection> --stream`. From the nodes' side (the proxy's address) node registration,
+`flwr ls` and run submission are refused; from the operator's side (the SuperLink's loopback
+port) they work.
 
 Every process is started in its own session and stopped by its process group (the SuperLink's
 and the SuperNodes' SuperExecs and app processes with it), also when the test fails.
@@ -8,6 +12,7 @@ and the SuperNodes' SuperExecs and app processes with it), also when the test fa
 
 import json
 import os
+import tempfile
 import shutil
 import signal
 import socket
@@ -99,36 +104,71 @@ def deployment(tmp_path):
     out = run([py, str(DEPLOY / "credentials.py"), "node-key", "--out", str(creds),
                "supernode-0", "supernode-1", "intruder"], os.environ)
     assert out.returncode == 0, out.stderr
-    port = free_port()
+    if not (shutil.which("nginx") or os.path.exists("/usr/sbin/nginx")):
+        pytest.skip("the fleet proxy needs nginx (apt-get install nginx-light)")
+    link_port, port = free_port(), free_port()  # SuperLink (operator) / fleet proxy (nodes)
     base = {**os.environ, "OMP_NUM_THREADS": "1", "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1"}
     procs = Processes(tmp_path)
+    proxy_dir = tempfile.mkdtemp(prefix="fleet-proxy-")  # nginx's workers must reach it
     try:
         procs.start("superlink", ["bash", str(DEPLOY / "superlink.sh"), str(creds), "127.0.0.1",
-                                  str(port)], {**base, "FLWR_HOME": str(tmp_path / "link-home")})
+                                  str(link_port)], {**base, "FLWR_HOME": str(tmp_path / "link-home")})
+        procs.start("fleet-proxy", ["bash", str(DEPLOY / "fleet-proxy.sh"), str(creds),
+                                    f"127.0.0.1:{port}", str(link_port)],
+                    {**base, "PROXY_RUN_DIR": proxy_dir})
 
         def healthy():
-            assert procs.procs[0][1].poll() is None, procs.log("superlink")
+            for i, name in enumerate(("superlink", "fleet-proxy")):
+                assert procs.procs[i][1].poll() is None, procs.log(name)
             try:
                 return httpx.get(f"https://127.0.0.1:{port}/health", verify=str(creds / "ca.crt"),
                                  timeout=2).is_success
             except httpx.HTTPError:
                 return False
 
-        wait_until(healthy, 60, "the SuperLink")
+        wait_until(healthy, 90, "the SuperLink behind the fleet proxy")
         with pytest.raises(httpx.HTTPError):  # TLS only: plain HTTP is not answered
-            httpx.get(f"http://127.0.0.1:{port}/health", timeout=5)
+            httpx.get(f"http://127.0.0.1:{link_port}/health", timeout=5)
+        # nginx answers plain HTTP on its TLS port with an error page, never the health check
+        assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 400
         user = {**base, "FLWR_HOME": str(tmp_path / "user-home")}
-        out = run(["sh", str(DEPLOY / "add-connection.sh"), "secure", f"127.0.0.1:{port}",
-                   str(creds / "ca.crt")], user)
-        assert out.returncode == 0, out.stderr
+        for name, p in (("secure", link_port), ("nodes-side", port)):
+            out = run(["sh", str(DEPLOY / "add-connection.sh"), name, f"127.0.0.1:{p}",
+                       str(creds / "ca.crt")], user)
+            assert out.returncode == 0, out.stderr
         yield procs, creds, port, user
     finally:
         procs.stop()
+        shutil.rmtree(proxy_dir, ignore_errors=True)
+
+
+def test_superlink_script_refuses_to_open_the_control_api(tmp_path):
+    out = run(["bash", str(DEPLOY / "superlink.sh"), str(tmp_path), "0.0.0.0", "9"], os.environ)
+    assert out.returncode == 2 and "refusing HOST 0.0.0.0" in out.stderr, out.stderr
+
+
+def refused_from_the_nodes_side(creds, port, user) -> list[subprocess.Popen]:
+    """Start `flwr supernode register`, `flwr ls` and `flwr run` against the proxy's address."""
+    cmds = {"register": ["flwr", "supernode", "register", str(creds / "intruder.pub"), "nodes-side",
+                         "--name", "intruder"],
+            "ls": ["flwr", "ls", "nodes-side"],
+            "run": ["flwr", "run", ".", "nodes-side", "--run-config", "num-server-rounds=1"]}
+    return {name: subprocess.Popen(cmd, env=user, cwd=ROOT, stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True)
+            for name, cmd in cmds.items()}
 
 
 def test_tls_authenticated_deployment_runs_fedacg(deployment, tmp_path):
     procs, creds, port, user = deployment
     conn = "secure"
+    # the Control and Runtime APIs are not served on the nodes' port, however the path is spelled
+    ca = str(creds / "ca.crt")
+    for path in ("/v1/control/list-runs", "/v1/runtime/get-run", "/docs", "/openapi.json",
+                 "/v1/fleet/../control/list-runs", "/v1/fleet/%2e%2e/control/list-runs",
+                 "//v1/control/list-runs"):
+        url = httpx.URL(f"https://127.0.0.1:{port}").copy_with(raw_path=path.encode())
+        assert httpx.post(url, verify=ca, timeout=10).status_code == 403, path
+    nodes_side = refused_from_the_nodes_side(creds, port, user)  # (each takes ~30 s of retries)
     out = run(["sh", str(DEPLOY / "register-supernodes.sh"), conn,
                str(creds / "supernode-0.pub"), str(creds / "supernode-1.pub")], user)
     assert out.returncode == 0, out.stdout + out.stderr
@@ -159,6 +199,12 @@ def test_tls_authenticated_deployment_runs_fedacg(deployment, tmp_path):
     assert "Failed to activate SuperNode" in procs.log("intruder"), procs.log("intruder")
     wait_until(lambda: set(node_ids(user, conn).values()) == {"online"}, 60, "both SuperNodes online")
     assert set(node_ids(user, conn)) == set(registered)  # the intruder never became a node
+    for name, proc in nodes_side.items():
+        text = proc.communicate(timeout=300)[0]
+        assert proc.returncode != 0 and "403" in text, (name, text[-2000:])
+    assert set(node_ids(user, conn)) == set(registered)  # its registration did not get through
+    out = run(["flwr", "ls", conn], user)
+    assert out.returncode == 0 and "Run ID" in out.stdout, out.stdout + out.stderr
 
     runs = tmp_path / "runs"
     t0 = time.monotonic()

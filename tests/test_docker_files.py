@@ -105,3 +105,40 @@ def test_superexec_requirements_are_the_apps_without_flower():
     assert "flwr" not in names and {"torch", "flwr-datasets", "scikit-learn"} <= names
     assert app_requirements('[project]\ndependencies = ["flwr[simulation]>=1.41", "Flwr_x==1", "numpy"]') == [
         "Flwr_x==1", "numpy"]
+
+
+def test_the_debian_mirror_comes_from_the_machines_apt_sources(tmp_path, monkeypatch):
+    from compose_harness import EngineUnavailable, debian_mirror
+
+    monkeypatch.delenv("FEDACG_DEBIAN_MIRROR", raising=False)
+    (tmp_path / "sources.list.d").mkdir()
+    (tmp_path / "sources.list").write_text(
+        "# deb http://old.example/debian bookworm main\n"
+        "deb-src http://src.example/debian bookworm main\n"
+        "deb [arch=amd64 signed-by=/k.gpg] http://other.example/x stable-updates main\n")
+    (tmp_path / "sources.list.d" / "debian.sources").write_text(
+        "Types: deb\nURIs: http://mirror.example/debian-security\nSuites: bookworm-security\n\n"
+        "Types: deb deb-src\nURIs: http://mirror.example/debian\nSuites: bookworm bookworm-updates\n"
+        "Components: main\n")
+    sources = (tmp_path / "sources.list", tmp_path / "sources.list.d")
+    assert debian_mirror(sources) == "http://mirror.example/debian"
+    (tmp_path / "sources.list").write_text("deb [trusted=yes] http://list.example/debian bookworm main\n")
+    assert debian_mirror(sources) == "http://list.example/debian"  # sources.list is read first
+    with pytest.raises(EngineUnavailable, match="FEDACG_DEBIAN_MIRROR"):
+        debian_mirror(sources, suite="trixie")
+    monkeypatch.setenv("FEDACG_DEBIAN_MIRROR", "http://set.example/debian")
+    assert debian_mirror(sources, suite="trixie") == "http://set.example/debian"
+
+
+def test_no_registry_host_names_in_the_repository():
+    # package indexes, image registries and mirrors come from the machine's own configuration
+    hosts = ("deb.debian.org", "registry-1.docker.io", "hub.docker.com", "pypi.org",
+             "files.pythonhosted.org", "download.pytorch.org", "ghcr.io", "quay.io")
+    files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True).stdout
+    found = []
+    for name in files.split():
+        path = ROOT / name
+        if path.is_file() and path.suffix not in (".png", ".pt"):
+            text = path.read_text(errors="replace")
+            found += [f"{name}: {h}" for h in hosts if h in text and name != "tests/test_docker_files.py"]
+    assert not found, found

@@ -1,0 +1,36 @@
+"""Check what a ClientApp receives from the server before acting on it.
+
+A train message carries only what changes per round (`lr`, `server-round`); the local settings
+(`batch-size`, `local-epochs`, ...) come from the run config, resolved and range-checked once per
+process (client_app/objective.py). What the message carries is validated against the same ranges
+as the run config (run_config/schema.py): a bad value fails this message at once with an error
+reply that names the key, instead of training on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from run_config import ConfigError
+from run_config.resolve import coerce
+from run_config.schema import KEYS_BY_NAME
+
+# Train-config keys that are run-config keys: checked against the schema's type and range.
+SCHEMA_KEYS = ("lr",)
+MAX_ROUND = 10_000_000
+
+
+def check_train_config(config: Mapping) -> None:
+    """ValueError naming the first key of the server's train config that is out of range."""
+    try:
+        for name in SCHEMA_KEYS:
+            if name not in config:
+                raise ConfigError(f"'{name}' is missing")
+            coerce(KEYS_BY_NAME[name], config[name])
+    except ConfigError as err:
+        raise ValueError(f"refused the server's train config: {err}") from None
+    for name, high in (("server-round", MAX_ROUND),):
+        v = config.get(name)
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= high:
+            raise ValueError(f"refused the server's train config: '{name}' = {v!r}, expected an "
+                             f"integer in [0, {high}]")

@@ -1,0 +1,203 @@
+"""Every bad input is refused with an error that names it, or repaired (docs/security.md)."""
+
+import logging
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
+
+from fakegrid import FakeGrid
+from feddata import disk_cache
+from feddata.disk_cache import cache_file, cache_key, load_prepared_partition
+from feddata.population import ClientPopulation
+from run_config import ConfigError, resolve
+from server_app.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from strategies import LookaheadFedAvg
+from strategy_helpers import random_state, reply
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "deploy"))
+import credentials  # noqa: E402
+
+
+def small_checkpoint(tmp_path) -> Path:
+    state = random_state(3)
+    strategy_state = {"theta": state, "m": state, "phi": state, "sampling-rng": (3, (1, 2), None)}
+    return save_checkpoint(tmp_path, 4, {"seed": 0}, strategy_state, [{"round": 0}])
+
+
+def test_an_empty_checkpoint_is_a_clear_error(tmp_path):
+    path = tmp_path / "checkpoint.pt"
+    path.write_bytes(b"")
+    with pytest.raises(CheckpointError, match="is empty .0 bytes."):
+        load_checkpoint(path)
+
+
+def test_a_checkpoint_with_flipped_bytes_is_refused(tmp_path):
+    path = small_checkpoint(tmp_path)
+    assert load_checkpoint(path)["round"] == 4  # intact: loads
+    raw = bytearray(path.read_bytes())
+    for offset in (len(raw) // 2, len(raw) - 30):  # inside the tensors, inside the zip index
+        damaged = bytearray(raw)
+        damaged[offset] ^= 0x01
+        path.write_bytes(bytes(damaged))
+        with pytest.raises(CheckpointError, match="damaged: its SHA-256 does not match"):
+            load_checkpoint(path)
+    path.write_bytes(bytes(raw[:-100]))  # cut short
+    with pytest.raises(CheckpointError, match="damaged"):
+        load_checkpoint(path)
+
+
+def test_seed_is_bounded_by_the_range_the_clients_can_seed():
+    top = resolve({"seed": 100_000_000})["seed"]
+    with pytest.raises(ConfigError, match="'seed' = 100000001: out of range"):
+        resolve({"seed": 100_000_001})
+    # the ClientApp's batch-order seed at the bound, a million rounds and partitions, fits torch
+    torch.Generator().manual_seed((top * 1_000_003 + 10**6) * 100_003 + 10**6)
+    with pytest.raises((RuntimeError, ValueError)):  # the old limit of about 1.85e8
+        torch.Generator().manual_seed((2 * 10**8 * 1_000_003 + 1) * 100_003)
+
+
+def train_message(**changes) -> Message:
+    from client_app.app import train  # noqa: F401  (imports the app)
+    from models import build_model
+    from strategies import client_train_config
+
+    cfg = resolve({})
+    model = build_model("cnn", (1, 8, 8), 10, 2)
+    config = client_train_config(cfg, model)
+    config["lr"], config["server-round"] = 0.05, 1
+    for k, v in changes.items():
+        config[k] = v
+    return Message(RecordDict({"arrays": ArrayRecord(model.state_dict()), "config": config}),
+                   dst_node_id=1, message_type="train")
+
+
+@pytest.mark.parametrize("key,value", [("batch-size", -4), ("local-epochs", 10**9),
+                                       ("local-iterations", 10**12), ("lr", float("nan")),
+                                       ("server-round", -1)])
+def test_the_client_app_refuses_a_bad_broadcast_at_once(key, value):
+    from client_app.app import train
+
+    ctx = Context(run_id=1, node_id=1, node_config={"partition-id": 0, "num-partitions": 2},
+                  state=RecordDict(), run_config={})
+    t = time.monotonic()
+    with pytest.raises(ValueError, match=f"refused the server's train config: .*'{key}'"):
+        train(train_message(**{key: value}), ctx)
+    assert time.monotonic() - t < 5
+
+
+def test_a_killed_cache_write_leaves_no_tmp_file(tmp_path):
+    cfg = resolve({})
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    name = cache_file(folder, cache_key(cfg, 0, 3)).name
+    killed = folder / f"{name}.{dead.pid}.abcd1234.tmp"  # its writer is gone
+    old = folder / f"{name}.1.efgh5678.tmp"  # pid 1 is alive, but the file is an hour old
+    live = folder / f"{name}.1.ijkl9012.tmp"  # a write in progress by a live process
+    for f in (killed, old, live):
+        f.write_bytes(b"half a file")
+    os.utime(old, (time.time() - 3600, time.time() - 3600))
+    load_prepared_partition(cfg, 0, 3, folder)
+    assert not killed.exists() and not old.exists()
+    assert live.exists()
+    assert [p.suffix for p in folder.iterdir()].count(".pt") == 1
+
+
+def test_a_cache_file_with_the_right_key_but_missing_tensors_is_rebuilt(tmp_path):
+    cfg = resolve({"seed": 5})
+    good = load_prepared_partition(cfg, 1, 3, tmp_path)
+    path = cache_file(tmp_path, cache_key(cfg, 1, 3))
+    blob = torch.load(path, weights_only=True)
+    del blob["train_x"]
+    torch.save(blob, path)
+    disk_cache._memory.clear()
+    again = load_prepared_partition(cfg, 1, 3, tmp_path)
+    assert torch.equal(again.train_x, good.train_x)
+    assert "train_x" in torch.load(path, weights_only=True)  # the file was repaired
+
+
+def test_private_keys_are_0600_from_the_start(tmp_path, monkeypatch):
+    # with chmod disabled, the modes are those the files were created with
+    monkeypatch.setattr(credentials.os, "chmod", lambda *a, **k: None)
+    old = os.umask(0o022)
+    try:
+        files = credentials.make_tls(tmp_path, [credentials.parse_san("DNS:localhost")], 1, False)
+        files += credentials.make_node_key(tmp_path, "node", False)
+    finally:
+        os.umask(old)
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in files}
+    assert modes == {"ca.key": 0o600, "server.key": 0o600, "node": 0o600,
+                     "ca.crt": 0o644, "server.pem": 0o644, "node.pub": 0o644}
+
+
+@pytest.fixture
+def world_tmp():
+    """A folder an unprivileged user can reach (pytest's tmp_path is under a 0700 folder)."""
+    folder = Path(tempfile.mkdtemp(prefix="make-credentials-"))
+    folder.chmod(0o755)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_make_credentials_keeps_secrets_0600_when_not_root(world_tmp):
+    out = world_tmp / "creds"
+    out.mkdir()
+    names = ["ca.crt", "server.pem", "server.key", "superexec.secret", "supernode-0", "supernode-1"]
+    for n in names:  # made earlier (the script keeps existing files), readable by everyone
+        (out / n).write_text("x")
+        (out / n).chmod(0o644)
+    cmd = ["bash", str(ROOT / "docker" / "make-credentials.sh"), "2"]
+    if os.geteuid() == 0:  # run it as an ordinary user
+        if not shutil.which("setpriv"):
+            pytest.skip("needs setpriv to run the script as a non-root user")
+        for p in [out, *out.iterdir()]:
+            os.chown(p, 65534, 65534)
+        cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *cmd]
+    res = subprocess.run(cmd, env={**os.environ, "CREDENTIALS_DIR": str(out)},
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "sudo chown 49999:49999" in res.stdout
+    modes = {n: stat.S_IMODE((out / n).stat().st_mode) for n in names}
+    private = ("server.key", "superexec.secret", "supernode-0", "supernode-1")
+    assert all(modes[n] == 0o600 for n in private), modes
+
+
+def test_bad_node_reports_are_refused_and_the_run_goes_on(caplog):
+    # dynamic clients: nodes say which slot they hold; node 0 names a partition out of range,
+    # node 1 a huge num-partitions; both are refused and never sampled, the others train.
+    reports = {0: (99, 4), 1: (1, 30_000_000), 2: (2, 4), 3: (3, 4)}
+    trained = []
+
+    def handler(i, msg):
+        if msg.metadata.message_type == "query":
+            pid, nparts = reports[i]
+            return RecordDict({"metrics": MetricRecord({"partition-id": pid,
+                                                        "num-partitions": nparts})})
+        trained.append(i)
+        phi = msg.content["arrays"].to_torch_state_dict()
+        assert 0 <= msg.content["config"]["partition-id"] < msg.content["config"]["num-partitions"]
+        return reply({k: v + 0.01 for k, v in phi.items()}, 10)
+
+    strategy = LookaheadFedAvg(lam=0.5, lookahead=True, fraction_train=1.0, min_train_nodes=2,
+                               fraction_evaluate=0.0, identify_nodes=True,
+                               population=ClientPopulation(0.5, 1, 2.0, seed=0))
+    with caplog.at_level(logging.WARNING, logger="flwr"):
+        result = strategy.start(grid=FakeGrid(4, handler),
+                                initial_arrays=ArrayRecord(random_state(1)), num_rounds=2)
+    assert set(trained) == {2, 3} and len(trained) == 4
+    text = caplog.text
+    assert "partition-id = 99 is outside [0, num-partitions = 4)" in text
+    assert "num-partitions = 30000000 is outside [1, 1000000]" in text
+    theta = result.arrays.to_torch_state_dict()
+    assert all(torch.isfinite(v).all() for v in theta.values())
