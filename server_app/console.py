@@ -83,7 +83,7 @@ def is_ours(err: BaseException) -> bool:
     """Errors whose message names the problem and the fix: no traceback needed."""
     from feddata.sources import DataSourceError
     from run_config import ConfigError, SetupError
-    from strategies.lookahead_fedavg import NodeWaitTimeout
+    from strategies.nodes import NodeWaitTimeout
 
     from .checkpoint import CheckpointError
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 
 from fakegrid import FakeGrid
 from feddata import disk_cache
@@ -67,31 +67,42 @@ def test_seed_is_bounded_by_the_range_the_clients_can_seed():
 
 
 def train_message(**changes) -> Message:
-    from client_app.app import train  # noqa: F401  (imports the app)
+    """A train message as the server sends it: the model, `lr` and `server-round` (the local
+    settings come from the run config, client_app/objective.py)."""
     from models import build_model
-    from strategies import client_train_config
 
-    cfg = resolve({})
     model = build_model("cnn", (1, 8, 8), 10, 2)
-    config = client_train_config(cfg, model)
-    config["lr"], config["server-round"] = 0.05, 1
-    for k, v in changes.items():
-        config[k] = v
+    config = ConfigRecord({"lr": 0.05, "server-round": 1, **changes})
     return Message(RecordDict({"arrays": ArrayRecord(model.state_dict()), "config": config}),
                    dst_node_id=1, message_type="train")
 
 
-@pytest.mark.parametrize("key,value", [("batch-size", -4), ("local-epochs", 10**9),
-                                       ("local-iterations", 10**12), ("lr", float("nan")),
-                                       ("server-round", -1)])
+def client_context(run_config: dict) -> Context:
+    return Context(run_id=1, node_id=1, node_config={"partition-id": 0, "num-partitions": 2},
+                   state=RecordDict(), run_config=run_config)
+
+
+@pytest.mark.parametrize("key,value", [("lr", float("nan")), ("lr", -0.1),
+                                       ("server-round", -1), ("server-round", 10**12)])
 def test_the_client_app_refuses_a_bad_broadcast_at_once(key, value):
     from client_app.app import train
 
-    ctx = Context(run_id=1, node_id=1, node_config={"partition-id": 0, "num-partitions": 2},
-                  state=RecordDict(), run_config={})
     t = time.monotonic()
     with pytest.raises(ValueError, match=f"refused the server's train config: .*'{key}'"):
-        train(train_message(**{key: value}), ctx)
+        train(train_message(**{key: value}), client_context({}))
+    assert time.monotonic() - t < 5
+
+
+@pytest.mark.parametrize("key,value", [("batch-size", -4), ("local-epochs", 10**9),
+                                       ("local-iterations", 10**12)])
+def test_the_client_app_refuses_bad_local_settings_at_once(key, value):
+    """A run config that would make the local loop run for ever (or never) fails the message at
+    once, naming the key, before any data is loaded."""
+    from client_app.app import train
+
+    t = time.monotonic()
+    with pytest.raises(ConfigError, match=f"'{key}'"):
+        train(train_message(), client_context({key: value}))
     assert time.monotonic() - t < 5
 
 
