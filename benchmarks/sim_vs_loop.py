@@ -76,7 +76,8 @@ def make_cifar_copy(folder: Path, n_train: int, n_test: int, seed: int = 0) -> P
 
     def split(n):
         imgs = [PILImage.fromarray(a) for a in rng.integers(0, 256, (n, 32, 32, 3), dtype=np.uint8)]
-        return Dataset.from_dict({"img": imgs, "label": rng.integers(0, 10, n).tolist()}, features=features)
+        return Dataset.from_dict({"img": imgs, "label": rng.integers(0, 10, n).tolist()},
+                                 features=features)
 
     DatasetDict({"train": split(n_train), "test": split(n_test)}).save_to_disk(folder)
     return folder
@@ -157,7 +158,8 @@ def app_run(w: Workload, rounds: int, data: Path, out: Path, gpus_per_client: fl
     rows = json.loads((out / w.name / "results.json").read_text())["rounds"]
     return {"round-seconds": [r["seconds"] for r in rows if r["round"] > 0],
             # mean client train-seconds x clients: the local training inside each round
-            "train-seconds": [r.get("train-seconds", 0.0) * w.clients for r in rows if r["round"] > 0],
+            "train-seconds": [r.get("train-seconds", 0.0) * w.clients
+                              for r in rows if r["round"] > 0],
             "wall-seconds": wall, "peak-host-mb": peak[0]}
 
 
@@ -172,7 +174,8 @@ def aggregation_ms(device_note: str, n: int = 10) -> float:
 
     TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1
     model = build_model("resnet18", (3, 32, 32), 10, seed=0)
-    replies = [RecordDict({"arrays": ArrayRecord({k: v + 0.01 * i for k, v in model.state_dict().items()}),
+    replies = [RecordDict({"arrays": ArrayRecord({k: v + 0.01 * i
+                                                  for k, v in model.state_dict().items()}),
                            "metrics": MetricRecord({"num-examples": 500})}) for i in range(n)]
     strategy = LookaheadFedAvg(lam=0.85, lookahead=True, min_train_nodes=n, fraction_evaluate=0.0)
     grid = FakeGrid(n, lambda i, msg: replies[i])
@@ -201,28 +204,33 @@ def figures(plain: dict, app: dict, w: Workload) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workloads", default="W1", help="comma-separated: W1,W2,W3")
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--tiny", action="store_true", help="smoke run with tiny sizes")
     parser.add_argument("--gpus-per-client", type=float, default=None,
-                        help="client-resources-num-gpus of the app (default: 0.25 on a GPU, 0 on CPU)")
+                        help="client-resources-num-gpus of the app "
+                             "(default: 0.25 on a GPU, 0 on CPU)")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     parser.add_argument("--no-aggregation", action="store_true", help="skip the aggregation timing")
     args = parser.parse_args()
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
-    gpus = args.gpus_per_client if args.gpus_per_client is not None else (0.25 if device.type == "cuda" else 0.0)
+    gpus = (args.gpus_per_client if args.gpus_per_client is not None
+            else (0.25 if device.type == "cuda" else 0.0))
     workloads = [TINY] if args.tiny else [WORKLOADS[n.strip()] for n in args.workloads.split(",")]
     rounds = 2 if args.tiny else args.rounds
     import flwr
 
-    info = {"device": torch.cuda.get_device_name(0) if device.type == "cuda" else platform.processor() or "cpu",
+    info = {"device": (torch.cuda.get_device_name(0) if device.type == "cuda"
+                       else platform.processor() or "cpu"),
             "cpus": os.cpu_count(), "torch": torch.__version__, "flwr": flwr.__version__,
             "python": platform.python_version(), "rounds": rounds, "gpus-per-client": gpus}
     print("device: {device} | {cpus} CPUs | torch {torch} | flwr {flwr} | python {python} | "
-          "{rounds} rounds, figures from rounds 2..{rounds} | client-resources-num-gpus {gpus-per-client}"
+          "{rounds} rounds, figures from rounds 2..{rounds} | "
+          "client-resources-num-gpus {gpus-per-client}"
           .format(**info), flush=True)
     results = {"info": info, "workloads": {}}
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
@@ -234,7 +242,8 @@ def main() -> None:
                                             **figures(plain, app, w)}
     if not args.no_aggregation:
         results["aggregation-10-resnet18-ms"] = aggregation_ms(str(device))
-    header = ("| workload | plain s/round | app s/round | app training s/round | app round 1 s | eta "
+    header = ("| workload | plain s/round | app s/round | app training s/round | app round 1 s "
+              "| eta "
               "| overhead s/round | plain peak host MB | app peak host MB | plain peak device MB |")
     print("\n" + header + "\n" + "| --- " * 10 + "|")
     for name, r in results["workloads"].items():
@@ -245,7 +254,8 @@ def main() -> None:
               f"{r['plain']['peak-host-mb']:.0f} | {r['app']['peak-host-mb']:.0f} | "
               f"{'n/a' if dev is None else f'{dev:.0f}'} |")
     if "aggregation-10-resnet18-ms" in results:
-        print(f"\nserver aggregation of 10 ResNet-18 updates: {results['aggregation-10-resnet18-ms']:.1f} ms")
+        print("\nserver aggregation of 10 ResNet-18 updates: "
+              f"{results['aggregation-10-resnet18-ms']:.1f} ms")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
         print(f"figures written to {args.json}")

@@ -74,7 +74,8 @@ def on_device(data, device: torch.device) -> tuple[torch.Tensor, ...]:
         if len(_on_device) >= 512:
             _on_device.pop(next(iter(_on_device)))
         cached = _on_device[key] = (data, tuple(
-            t.to(device, non_blocking=True) for t in (data.train_x, data.train_y, data.val_x, data.val_y)))
+            t.to(device, non_blocking=True)
+            for t in (data.train_x, data.train_y, data.val_x, data.val_y)))
     return cached[1]
 
 
@@ -109,7 +110,8 @@ def train(msg: Message, context: Context) -> Message:
     down = {k: v for k, v in msg.content.array_records.items() if k != "arrays"}
     ctx = LocalContext(down=down, state=context.state, server_round=server_round)
     metrics = local_update(model, train_x, train_y, local, gen, transform, client.parts, ctx)
-    metrics["train-seconds"] = time.perf_counter() - t  # local compute only (ends synchronized: .item())
+    # local compute only (ends synchronized: .item())
+    metrics["train-seconds"] = time.perf_counter() - t
     metrics["num-examples"] = len(data.train_y)
     content = RecordDict({"arrays": ArrayRecord(model.state_dict()),
                           "metrics": MetricRecord(metrics),

@@ -45,7 +45,8 @@ class LocalConfig:
 
 
 def batches(n: int, batch_size: int, steps: int, generator: torch.Generator):
-    """Index tensors of `steps` mini-batches: reshuffled epochs, the last batch of each may be short."""
+    """Index tensors of `steps` mini-batches: reshuffled epochs, the last batch of each may be
+    short."""
     done = 0
     while done < steps:
         perm = torch.randperm(n, generator=generator)

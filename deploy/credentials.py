@@ -39,7 +39,8 @@ def parse_san(text: str) -> x509.GeneralName:
         return x509.IPAddress(ipaddress.ip_address(value))
     if kind.upper() == "DNS" and value:
         return x509.DNSName(value)
-    raise argparse.ArgumentTypeError(f"SAN '{text}' must look like IP:10.0.0.5 or DNS:superlink.lan")
+    raise argparse.ArgumentTypeError(
+        f"SAN '{text}' must look like IP:10.0.0.5 or DNS:superlink.lan")
 
 
 def _write(path: Path, data: bytes, private: bool, force: bool) -> None:
@@ -78,13 +79,15 @@ def make_tls(out: Path, sans: list[x509.GeneralName], days: int, force: bool) ->
         x509.CertificateBuilder()
         .subject_name(_name("fedacg-gc CA")).issuer_name(_name("fedacg-gc CA"))
         .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=days))
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=days))
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
                                      content_commitment=False, key_encipherment=False,
                                      data_encipherment=False, key_agreement=False,
                                      encipher_only=False, decipher_only=False), critical=True)
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()),
+                       critical=False)
         .sign(ca_key, hashes.SHA256())
     )
     server_key = ec.generate_private_key(ec.SECP384R1())
@@ -93,7 +96,8 @@ def make_tls(out: Path, sans: list[x509.GeneralName], days: int, force: bool) ->
         x509.CertificateBuilder()
         .subject_name(_name(first_dns)).issuer_name(ca_cert.subject)
         .public_key(server_key.public_key()).serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=days))
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=days))
         .add_extension(x509.SubjectAlternativeName(sans), critical=False)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
@@ -129,11 +133,13 @@ def make_node_key(out: Path, name: str, force: bool) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     tls = sub.add_parser("tls", help="CA + SuperLink server certificate")
     tls.add_argument("--san", action="append", type=parse_san, default=[],
-                     help="address the SuperLink is reached at, e.g. IP:192.168.1.10 or DNS:superlink.lan")
+                     help="address the SuperLink is reached at, "
+                          "e.g. IP:192.168.1.10 or DNS:superlink.lan")
     tls.add_argument("--days", type=int, default=365, help="validity in days (default 365)")
     keys = sub.add_parser("node-key", help="one EC key pair per SuperNode")
     keys.add_argument("names", nargs="+", help="file names of the keys, e.g. supernode-0")

@@ -1,4 +1,5 @@
-"""Print the app's Python requirements (pyproject.toml [project].dependencies) for a SuperExec image.
+"""Print the app's Python requirements (pyproject.toml [project].dependencies) for a SuperExec
+image.
 
     python docker/app_requirements.py pyproject.toml > requirements.txt
 

@@ -38,7 +38,8 @@ def rotate(x: torch.Tensor, degrees: torch.Tensor) -> torch.Tensor:
 
 
 def random_crop(x: torch.Tensor, padding: int, offsets: torch.Tensor) -> torch.Tensor:
-    """Zero-pad x [B, C, H, W] by `padding` and cut the H x W window at `offsets` [B, 2] (dy, dx)."""
+    """Zero-pad x [B, C, H, W] by `padding` and cut the H x W window at `offsets` [B, 2]
+    (dy, dx)."""
     b, _, h, w = x.shape
     padded = F.pad(x, (padding, padding, padding, padding))
     offsets = offsets.to(x.device)

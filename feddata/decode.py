@@ -1,4 +1,5 @@
-"""A `datasets.Dataset` (hub format) -> tensors: stored values for training, normalized for evaluation.
+"""A `datasets.Dataset` (hub format) -> tensors: stored values for training, normalized for
+evaluation.
 
 * images (`Image()` features: PIL images or `{"bytes", "path"}` as the hub stores them) are decoded
   once, converted to the spec's mode (L or RGB; Tiny-ImageNet has a few grey images), resized to

@@ -1,4 +1,5 @@
-"""A node's prepared partition kept on its local disk, so a fresh ClientApp process loads it cheaply.
+"""A node's prepared partition kept on its local disk, so a fresh ClientApp process loads it
+cheaply.
 
 In deployment every message runs in a new `flwr-clientapp` process: without this, each round
 would import `datasets`/`flwr_datasets`/scikit-learn and rebuild the split before training. Here

@@ -110,7 +110,8 @@ class _Source:
         return self._test if self.fds is None else self._loaded(lambda: self.fds.load_split("test"))
 
     def train_split(self):
-        return self.train if self.fds is None else self._loaded(lambda: self.fds.load_split("train"))
+        return (self.train if self.fds is None
+                else self._loaded(lambda: self.fds.load_split("train")))
 
 
 @functools.lru_cache(maxsize=4)
@@ -121,7 +122,8 @@ def _source(key: tuple, num_partitions: int) -> _Source:
 def load_partition(cfg: dict[str, Any], partition_id: int, num_partitions: int):
     """The raw partition (a `datasets.Dataset`) of client `partition_id`."""
     if not 0 <= partition_id < num_partitions:
-        raise ValueError(f"partition-id {partition_id} is not in [0, num-partitions={num_partitions})")
+        raise ValueError(
+            f"partition-id {partition_id} is not in [0, num-partitions={num_partitions})")
     source = _source(data_key(cfg), num_partitions)
     try:
         with warnings.catch_warnings():  # flwr-datasets warns at every LDA re-draw

@@ -23,7 +23,8 @@ class ClientPopulation:
             raise ValueError(f"replace_every must be at least 1, got {replace_every}")
         if pool_factor < 1:
             raise ValueError(f"pool_factor must be at least 1, got {pool_factor}")
-        self.replace_prob, self.replace_every, self.pool_factor = replace_prob, replace_every, pool_factor
+        self.replace_prob, self.replace_every, self.pool_factor = (
+            replace_prob, replace_every, pool_factor)
         self.seed = seed
         self.num_slots: int | None = None
         self._stages: list[list[int]] = []  # slot -> partition, per stage
@@ -43,7 +44,8 @@ class ClientPopulation:
             self._stages = [list(range(num_slots))]
             self._rng = np.random.default_rng([self.seed, 0x0D1A])
         elif num_slots != self.num_slots:
-            raise ValueError(f"the number of client slots changed from {self.num_slots} to {num_slots}")
+            raise ValueError(
+                f"the number of client slots changed from {self.num_slots} to {num_slots}")
         target = self.stage(server_round)
         while len(self._stages) <= target:
             self._stages.append(self._next(self._stages[-1]))

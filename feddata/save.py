@@ -1,7 +1,8 @@
 """Save a dataset as a local copy for offline runs (`dataset-path`).
 
     python -m feddata.save cifar10 ~/data/cifar10                  # from the hub, save_to_disk
-    python -m feddata.save femnist ~/data/femnist --format parquet # hub layout: data/<split>-*.parquet
+    # hub layout: data/<split>-*.parquet
+    python -m feddata.save femnist ~/data/femnist --format parquet
     python -m feddata.save emnist ~/data/emnist --from-idx ~/Downloads/gzip   # NIST's EMNIST files
     python -m feddata.save cifar10 /scratch/cifar10 --from ~/data/cifar10      # convert a copy
 
@@ -39,8 +40,9 @@ def read_idx(path: Path) -> np.ndarray:
 
 
 def emnist_from_idx(folder: str, variant: str = "byclass"):
-    """EMNIST from NIST's IDX files (emnist-<variant>-{train,test}-{images-idx3,labels-idx1}-ubyte[.gz])
-    as a DatasetDict with the hub-style columns `image` (Image, 28x28 L) and `label` (ClassLabel)."""
+    """EMNIST from NIST's IDX files
+    (emnist-<variant>-{train,test}-{images-idx3,labels-idx1}-ubyte[.gz]) as a DatasetDict with
+    the hub-style columns `image` (Image, 28x28 L) and `label` (ClassLabel)."""
     from datasets import ClassLabel, Dataset, DatasetDict, Features, Image
     from PIL import Image as PILImage
 
@@ -116,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     dd = load_source(args.dataset, args.source, args.idx)
     spec = DATASET_BY_NAME[args.dataset]
     first = next(iter(dd.values()))
-    missing = [c for c in (spec.image, spec.label, spec.natural_id) if c and c not in first.column_names]
+    missing = [c for c in (spec.image, spec.label, spec.natural_id)
+               if c and c not in first.column_names]
     if missing:
         print(f"error: the data lacks the column(s) {missing} of {args.dataset}'s hub format "
               f"(columns: {first.column_names})", file=sys.stderr)

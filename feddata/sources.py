@@ -71,7 +71,8 @@ def _grouped_holdout(ids: np.ndarray, fraction: float, seed: int, temporal: bool
 
 
 def train_test(dd, spec: DatasetSpec, test_fraction: float, seed: int):
-    """The preprocessing step: a DatasetDict with the shuffled `train` split and the `test` split."""
+    """The preprocessing step: a DatasetDict with the shuffled `train` split and the `test`
+    split."""
     from datasets import DatasetDict
 
     if "train" not in dd:

@@ -1,19 +1,24 @@
-"""What each dataset is: where it lives on the Hugging Face hub, its columns, splits and input shape.
+"""What each dataset is: where it lives on the Hugging Face hub, its columns, splits and input
+shape.
 
 Plain data, no heavy imports (the ClientApp imports this on every message in deployment).
 
-Column names, feature types and splits are those of the hub copies (their dataset cards):
+Column names, feature types and splits are those of the hub copies (their dataset cards); for
+each dataset: hub id; input; label; splits; natural id.
 
-| name | hub id | input | label | splits | natural id |
-| --- | --- | --- | --- | --- | --- |
-| cifar10 | uoft-cs/cifar10 | img (Image 32x32 RGB) | label (ClassLabel 10) | train / test | - |
-| cifar100 | uoft-cs/cifar100 | img (Image 32x32 RGB) | fine_label (ClassLabel 100) | train / test | - |
-| tiny-imagenet | zh-plus/tiny-imagenet | image (Image 64x64, a few grey) | label (ClassLabel 200) | train / valid | - |
-| emnist | (none, see `save.py --from-idx`) | image (Image 28x28 L) | label (ClassLabel 62) | train / test | - |
-| femnist | flwrlabs/femnist | image (Image 28x28 L) | character (ClassLabel 62) | train only | writer_id (str) |
-| shakespeare | flwrlabs/shakespeare | x (str, 80 chars) | y (str, 1 char) | train only (csv) | character_id (str) |
-| celeba | flwrlabs/celeba, subset img_align+identity+attr | image (Image 178x218 RGB) | Smiling (bool) | train / valid / test | celeb_id (int) |
-| digits | (scikit-learn, bundled) | image (Array2D 8x8 float) | label (ClassLabel 10) | (one set) | - |
+- cifar10: uoft-cs/cifar10; img (Image 32x32 RGB); label (ClassLabel 10); train / test; -
+- cifar100: uoft-cs/cifar100; img (Image 32x32 RGB); fine_label (ClassLabel 100); train / test; -
+- tiny-imagenet: zh-plus/tiny-imagenet; image (Image 64x64, a few grey); label (ClassLabel 200);
+  train / valid; -
+- emnist: (none, see `save.py --from-idx`); image (Image 28x28 L); label (ClassLabel 62);
+  train / test; -
+- femnist: flwrlabs/femnist; image (Image 28x28 L); character (ClassLabel 62); train only;
+  writer_id (str)
+- shakespeare: flwrlabs/shakespeare; x (str, 80 chars); y (str, 1 char); train only (csv);
+  character_id (str)
+- celeba: flwrlabs/celeba, subset img_align+identity+attr; image (Image 178x218 RGB);
+  Smiling (bool); train / valid / test; celeb_id (int)
+- digits: (scikit-learn, bundled); image (Array2D 8x8 float); label (ClassLabel 10); (one set); -
 """
 
 from __future__ import annotations

@@ -16,7 +16,8 @@ IMAGE_MODELS = MODELS[:-1]  # char-lstm takes character indices
 
 
 def build_model(
-    name: str, in_shape: tuple[int, ...], num_classes: int, gn_groups: int = 2, seed: int | None = None
+    name: str, in_shape: tuple[int, ...], num_classes: int, gn_groups: int = 2,
+    seed: int | None = None
 ) -> nn.Module:
     """Build `name` for inputs of shape `in_shape` (C, H, W) and `num_classes` outputs.
 

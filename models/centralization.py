@@ -16,7 +16,8 @@ def centralize_(g: torch.Tensor, vectors: str = "center") -> torch.Tensor:
     """In place: P(G) = G - mean(G over every dim but 0), per output channel (GC-Fed eq. 1-3).
 
     1-D tensors (biases, norm scales): `vectors="center"` subtracts the mean of the whole vector
-    (GC-Fed's reference code), `"skip"` leaves them alone (original GC paper). Scalars are left alone.
+    (GC-Fed's reference code), `"skip"` leaves them alone (original GC paper). Scalars are left
+    alone.
     """
     if g.dim() >= 2:
         g.sub_(g.mean(dim=tuple(range(1, g.dim())), keepdim=True))

@@ -48,7 +48,8 @@ class CelebaCNN(nn.Module):
         blocks = []
         for i in range(4):
             blocks += [nn.Conv2d(c if i == 0 else channels, channels, 3, padding=1),
-                       nn.GroupNorm(gn_groups, channels), nn.MaxPool2d(2, ceil_mode=True), nn.ReLU()]
+                       nn.GroupNorm(gn_groups, channels), nn.MaxPool2d(2, ceil_mode=True),
+                       nn.ReLU()]
             h, w = -(-h // 2), -(-w // 2)
         self.features = nn.Sequential(*blocks)
         self.fc = nn.Linear(channels * h * w, num_classes)

@@ -74,7 +74,8 @@ def mean_curve(runs: Sequence[tuple[Sequence[int], Sequence[float]]]):
         vals = [v[list(r).index(rnd)] for r, v in runs]
         m = sum(vals) / len(vals)
         mean.append(m)
-        std.append((sum((x - m) ** 2 for x in vals) / (len(vals) - 1)) ** 0.5 if len(vals) > 1 else 0.0)
+        std.append((sum((x - m) ** 2 for x in vals) / (len(vals) - 1)) ** 0.5
+                   if len(vals) > 1 else 0.0)
     return common, mean, std
 
 
@@ -92,7 +93,8 @@ def plot_ema_curves(curves: dict[str, Sequence[tuple[Sequence[int], Sequence[flo
             continue
         mean_pct = [100 * m for m in mean]
         top = max(top, max(mean_pct))
-        line, = ax.plot(rounds, mean_pct, lw=1.8, label=f"{method} ({len(runs)} seed{'s' * (len(runs) > 1)})")
+        line, = ax.plot(rounds, mean_pct, lw=1.8,
+                        label=f"{method} ({len(runs)} seed{'s' * (len(runs) > 1)})")
         if len(runs) > 1:
             ax.fill_between(rounds, [m - 100 * s for m, s in zip(mean_pct, std)],
                             [m + 100 * s for m, s in zip(mean_pct, std)],

@@ -69,7 +69,8 @@ def _alive(groups: set[int]) -> set[int]:
     return out
 
 
-def stop_process_tree(root: int, grace: float = 15.0, child: subprocess.Popen | None = None) -> None:
+def stop_process_tree(root: int, grace: float = 15.0,
+                      child: subprocess.Popen | None = None) -> None:
     """SIGTERM the process groups led by `root` and the processes under it; SIGKILL what is
     left after `grace` seconds. `child`: the Popen of `root` when it is ours (to reap it)."""
     groups = process_groups_under(root) | {root}

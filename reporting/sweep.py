@@ -130,7 +130,8 @@ def part(spec: Any, where: str, base: Path) -> tuple[dict[str, Any], dict[str, A
     if isinstance(spec, str):
         return load_config_file((base / spec).expanduser())
     if not isinstance(spec, dict):
-        raise SweepError(f"{where}: expected a mapping of run-config keys or a file name, got {spec!r}")
+        raise SweepError(
+            f"{where}: expected a mapping of run-config keys or a file name, got {spec!r}")
     spec = dict(spec)
     run, fed = {}, {}
     if "run-config-file" in spec:
@@ -274,7 +275,8 @@ def run_cell(cell: Cell, sweep: Sweep, connection: str, env: dict[str, str], ech
                 if echo and re.search(r"\[round \d+/\d+\]|Done:|Run failed:", line):
                     print("   ", line.rstrip(), flush=True)
                 if deadline and time.monotonic() > deadline:
-                    print(f"    cell took longer than cell-timeout = {sweep.cell_timeout} s: stopped")
+                    print(f"    cell took longer than cell-timeout = {sweep.cell_timeout} s: "
+                          "stopped")
                     break
         finally:
             if proc.poll() is None:
@@ -378,9 +380,11 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("sweep", type=Path, help="the sweep's YAML file")
     parser.add_argument("--out-dir", type=Path, help="overrides the file's out-dir")
-    parser.add_argument("--connection", help="use this SuperLink connection instead of starting one")
+    parser.add_argument("--connection",
+                        help="use this SuperLink connection instead of starting one")
     parser.add_argument("--dry-run", action="store_true", help="list the cells and their state")
-    parser.add_argument("--table-only", action="store_true", help="only (re)write the table and plot")
+    parser.add_argument("--table-only", action="store_true",
+                        help="only (re)write the table and plot")
     parser.add_argument("--quiet", action="store_true", help="do not echo the runs' round lines")
     args = parser.parse_args(argv)
     try:

@@ -74,7 +74,8 @@ def table_rows(runs: Sequence[MethodRuns], acc_at_rounds: Sequence[int],
         s = m.summaries
         total = max((x["rounds"] for x in s), default=0)
         cells = [m.method]
-        cells += [format_acc([x["acc-at-round"].get(round_key(r)) for x in s]) for r in acc_at_rounds]
+        cells += [format_acc([x["acc-at-round"].get(round_key(r)) for x in s])
+                  for r in acc_at_rounds]
         cells += [format_rounds([x["rounds-to-acc"][round_key(t)] for x in s], total)
                   for t in target_accs]
         per_round = [x["bytes-total"] / x["rounds"] / 1e6 for x in s if x["rounds"]]

@@ -34,7 +34,8 @@ def coerce(key: Key, value: Any) -> Any:
         options = key.options()
         if options and value not in options:
             close = difflib.get_close_matches(value, options, n=1)
-            raise _fail(key, value, f"unknown choice{f' (did you mean {close[0]!r}?)' if close else ''}")
+            raise _fail(key, value,
+                        f"unknown choice{f' (did you mean {close[0]!r}?)' if close else ''}")
         return value
     if key.kind is bool:
         if not isinstance(value, bool):
@@ -93,7 +94,8 @@ def _number_list(cfg: dict[str, Any], name: str, kind: type, low: float, high: f
         values = None
     if values is None or any(not low <= v <= high for v in values):
         raise ConfigError(f"run config '{name}' = '{cfg[name]}': expected {allowed}, "
-                          f"comma-separated (e.g. {name}='{KEYS_BY_NAME[name].default or '10,20'}').")
+                          "comma-separated "
+                          f"(e.g. {name}='{KEYS_BY_NAME[name].default or '10,20'}').")
     return values
 
 

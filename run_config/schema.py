@@ -79,22 +79,27 @@ KEYS: tuple[Key, ...] = (
         "file): its method and values replace every key still at its default; '' = none.",
         "server"),
     Key("method", str, "auto", "Named method (docs/algorithms.md#presets); sets every key "
-        "whose value is 'preset'. 'auto' = the set-up's method, else fedacg.", "server", choices=("auto",),
+        "whose value is 'preset'. 'auto' = the set-up's method, else fedacg.", "server",
+        choices=("auto",),
         registry=methods.method_names),
     Key("server-rule", str, "preset", "How the replies and the server state become the next "
         "theta (docs/extending.md): the method's own, or another method's rule.", "server",
         choices=("preset",), registry=methods.server_rule_names),
-    Key("lookahead", bool, PRESET, "Broadcast phi = theta + lam*m instead of theta (FedACG/FedAGM).",
+    Key("lookahead", bool, PRESET,
+        "Broadcast phi = theta + lam*m instead of theta (FedACG/FedAGM).",
         "server", choices=_P),
     Key("lam", float, PRESET, "Server momentum / look-ahead coefficient lambda.",
         "server", choices=_P, low=0.0, high=1.0, high_open=True),
-    Key("eta", float, PRESET, "Server step size (FedAGM's tau; FedOpt's eta for fedadam/fedyogi/fedadagrad).",
+    Key("eta", float, PRESET,
+        "Server step size (FedAGM's tau; FedOpt's eta for fedadam/fedyogi/fedadagrad).",
         "server", choices=_P, low=0.0, low_open=True),
     Key("aggregation", str, PRESET, "Client weights: proportional to examples, or uniform 1/|S_t|.",
         "server", choices=("preset", "examples", "uniform")),
-    Key("global-gc", str, PRESET, "Global GC on the aggregated update: none, every layer, or only the "
+    Key("global-gc", str, PRESET,
+        "Global GC on the aggregated update: none, every layer, or only the "
         "layers past the borderline.", "server", choices=("preset", "none", "all", "classifier")),
-    Key("fedopt-tau", float, 1e-3, "Adaptivity tau of fedadam/fedyogi/fedadagrad (Flower's FedOpt).",
+    Key("fedopt-tau", float, 1e-3,
+        "Adaptivity tau of fedadam/fedyogi/fedadagrad (Flower's FedOpt).",
         "server", low=0.0, low_open=True),
     # --- local update (docs/algorithms.md#local-update) ---
     Key("client-objective", str, "preset", "The client parts (loss terms, gradient corrections) "
@@ -114,7 +119,8 @@ KEYS: tuple[Key, ...] = (
     Key("lr", float, 0.05, "Local SGD learning rate.", "client", low=0.0, low_open=True),
     Key("lr-decay", float, 1.0, "Per-round decay: round t uses lr * lr-decay^(t-1).",
         "client", low=0.0, high=1.0, low_open=True),
-    Key("local-epochs", int, 2, "Local epochs E over the partition (used when local-iterations = 0).",
+    Key("local-epochs", int, 2,
+        "Local epochs E over the partition (used when local-iterations = 0).",
         "client", low=0, high=1000),
     Key("local-iterations", int, 0, "Local iterations K (mini-batches); 0 = use local-epochs.",
         "client", low=0, high=1_000_000),
@@ -131,7 +137,8 @@ KEYS: tuple[Key, ...] = (
         "federation", low=1, resume_may_differ=True),
     Key("fraction-train", float, 0.25, "Fraction of connected nodes sampled each round.",
         "federation", low=0.0, high=1.0, low_open=True),
-    Key("min-train-nodes", int, 2, "Least number of nodes sampled each round.", "federation", low=1),
+    Key("min-train-nodes", int, 2, "Least number of nodes sampled each round.", "federation",
+        low=1),
     Key("fraction-evaluate", float, 0.0, "Fraction of nodes for federated evaluation on their "
         "held-out split (0 = off).", "federation", low=0.0, high=1.0),
     Key("min-evaluate-nodes", int, 2, "Least number of nodes in federated evaluation.",
@@ -200,7 +207,8 @@ KEYS: tuple[Key, ...] = (
         "data", low=0.0, high=1.0, low_open=True, high_open=True),
     Key("test-max-examples", int, 0, "Evaluate on a fixed random subset of at most this many test "
         "examples; 0 = the whole test set.", "data", low=0),
-    Key("client-val-fraction", float, 0.1, "Share of each partition held out for federated evaluation.",
+    Key("client-val-fraction", float, 0.1,
+        "Share of each partition held out for federated evaluation.",
         "data", low=0.0, high=1.0, high_open=True),
     Key("augment", str, "auto", "Training augmentation on the training device: random crop with "
         "padding + horizontal flip, or none; 'auto' = crop-flip for CIFAR and Tiny-ImageNet, none "

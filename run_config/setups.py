@@ -84,11 +84,13 @@ def load_setup(name: str) -> dict[str, Any]:
     missing = [f for f in _REQUIRED if f not in data]
     unknown = sorted(set(data) - _FIELDS)
     if missing or unknown:
-        raise SetupError(f"{where}: missing {missing}, unknown {unknown}; fields: {sorted(_FIELDS)}")
+        raise SetupError(
+            f"{where}: missing {missing}, unknown {unknown}; fields: {sorted(_FIELDS)}")
     if data["method"] not in METHODS:
         raise SetupError(f"{where}: method '{data['method']}' is not one of {', '.join(METHODS)}")
     size = (data["federation"] or {}).get("num-supernodes")
-    if not isinstance(size, int) or isinstance(size, bool) or size < 1 or len(data["federation"]) != 1:
+    if (not isinstance(size, int) or isinstance(size, bool) or size < 1
+            or len(data["federation"]) != 1):
         raise SetupError(f"{where}: federation must be {{num-supernodes: <int >= 1>}}")
     run_config = {}
     for key_name, value in (data["run-config"] or {}).items():

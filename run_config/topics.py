@@ -11,7 +11,8 @@ TOPICS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("Method",
      "The method and the server update ([algorithms](algorithms.md#server-round)); `setup` "
      "picks a paper set-up ([set-ups](setups.md)).",
-     ("setup", "method", "server-rule", "client-objective", "lookahead", "lam", "eta", "aggregation", "beta", "alpha", "local-gc",
+     ("setup", "method", "server-rule", "client-objective", "lookahead", "lam", "eta",
+      "aggregation", "beta", "alpha", "local-gc",
       "global-gc", "gc-borderline", "gc-vectors", "fedopt-tau")),
     ("Local training",
      "The clients' optimizer ([local update](algorithms.md#local-update)).",

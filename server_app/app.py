@@ -105,8 +105,10 @@ def run_server(grid: Grid, context: Context, where: dict) -> None:
     log(INFO, "Run folder: %s (Flower run %s)", run_dir, context.run_id)
     random.seed(cfg["seed"])  # Flower's own baselines sample nodes with the global `random`
     spec = spec_of(cfg)
-    model = build_model(cfg["model"], spec.in_shape, spec.num_classes, cfg["gn-groups"], seed=cfg["seed"])
-    device = torch.device("cuda:0" if cfg["device"] != "cpu" and torch.cuda.is_available() else "cpu")
+    model = build_model(cfg["model"], spec.in_shape, spec.num_classes, cfg["gn-groups"],
+                        seed=cfg["seed"])
+    device = torch.device(
+        "cuda:0" if cfg["device"] != "cpu" and torch.cuda.is_available() else "cpu")
     test = load_test_data(cfg)
     partitions = log_data_summary(cfg, grid, len(test[1]))
     if partitions:

@@ -107,7 +107,8 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     needed = {"format", "round", "config", "strategy", "rng", "rows"}
     if not isinstance(ckpt, dict) or not needed <= ckpt.keys():
         raise CheckpointError(f"{path} is not a checkpoint of this app (it lacks "
-                              f"{sorted(needed - set(ckpt) if isinstance(ckpt, dict) else needed)})")
+                              f"{sorted(needed - set(ckpt) if isinstance(ckpt, dict) else needed)}"
+                              ")")
     if ckpt["format"] != CHECKPOINT_FORMAT:
         raise CheckpointError(f"{path} has checkpoint format {ckpt['format']}; this version "
                               f"reads format {CHECKPOINT_FORMAT}")

@@ -135,14 +135,16 @@ def rows_csv(rows: list[dict[str, Any]]) -> str:
 
 
 class RunRecorder:
-    """Called by the strategy: `train_metrics` after each aggregation, `evaluate_fn` after each round."""
+    """Called by the strategy: `train_metrics` after each aggregation, `evaluate_fn` after each
+    round."""
 
     def __init__(self, cfg: dict[str, Any], model: torch.nn.Module, test: tuple, run_dir: Path,
                  device: torch.device, aggregate_fn,
                  traffic: Callable[[str], dict[str, int]] | None = None):
         """`traffic(message_type)`: counters of the messages sent and received since the last
         call (`MeteredGrid.take`)."""
-        self.cfg, self.model, self.test, self.run_dir, self.device = cfg, model, test, run_dir, device
+        self.cfg, self.model, self.test, self.run_dir, self.device = (
+            cfg, model, test, run_dir, device)
         self.aggregate_fn = aggregate_fn
         self.traffic = traffic
         self.rows: list[dict[str, Any]] = []
@@ -182,7 +184,8 @@ class RunRecorder:
         due = server_round % self.cfg["eval-every"] == 0 or server_round == rounds
         row: dict[str, Any] = {"round": server_round}
         if due:
-            self.model.load_state_dict(state_view(arrays))  # views of the record: one copy, into the model
+            # views of the record: one copy, into the model
+            self.model.load_state_dict(state_view(arrays))
             loss, acc = evaluate(self.model, *self.test)
             row.update({"test-loss": loss, "test-acc": acc})
             if server_round > 0:
@@ -239,12 +242,14 @@ class RunRecorder:
             recent = self.round_seconds[-20:]  # the recent pace: round 1 pays for start-up
             eta = f" | ETA {duration(sum(recent) / len(recent) * (rounds - row['round']))}"
         log(INFO, "[round %d/%d] test-acc %s | ema-acc %s | test-loss %s | train-loss %s%s | "
-            "%.2f s%s", row["round"], rounds, f("test-acc"), f("ema-acc"), f("test-loss"), f("train-loss"),
+            "%.2f s%s", row["round"], rounds, f("test-acc"), f("ema-acc"), f("test-loss"),
+            f("train-loss"),
             traffic, row["seconds"], eta)
 
     def summary(self) -> dict[str, Any]:
         out = run_summary(self.rows, acc_at_rounds=acc_at_rounds(self.cfg),
-                          target_accs=target_accs(self.cfg), total_rounds=self.cfg["num-server-rounds"])
+                          target_accs=target_accs(self.cfg),
+                          total_rounds=self.cfg["num-server-rounds"])
         out["wall-seconds"] = time.monotonic() - self.t_start
         out["complete"] = self.complete
         return out

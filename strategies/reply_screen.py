@@ -54,7 +54,8 @@ def update_norm(model: State, phi: State) -> float:
 
 
 def check_finite(model: State, keys: Sequence[str]) -> None:
-    """BadUpdate unless every value of model[keys] is finite (one fused norm pass, no bool masks)."""
+    """BadUpdate unless every value of model[keys] is finite (one fused norm pass, no bool
+    masks)."""
     norms = torch.stack(torch._foreach_norm([model[k] for k in keys]))
     bad = (~torch.isfinite(norms)).nonzero()
     if len(bad):
@@ -74,24 +75,29 @@ def check_update(content: RecordDict, phi: State, weight_key: str, max_norm: flo
     metrics = next(iter(content.metric_records.values()))
     n = metrics.get(weight_key)
     if isinstance(n, bool) or not isinstance(n, (int, float)) or not math.isfinite(n) or n < 0:
-        raise BadUpdate("malformed", f"metric '{weight_key}' = {n!r}, expected a finite number >= 0")
+        raise BadUpdate("malformed",
+                        f"metric '{weight_key}' = {n!r}, expected a finite number >= 0")
     try:
         model = state_view(next(iter(content.array_records.values())))  # read-only views, no copy
     except Exception as err:  # undecodable bytes, unknown dtype, ...
-        raise BadUpdate("malformed", f"arrays cannot be decoded ({type(err).__name__}: {err})") from None
+        raise BadUpdate("malformed",
+                        f"arrays cannot be decoded ({type(err).__name__}: {err})") from None
     if model.keys() != phi.keys():
         missing, extra = sorted(phi.keys() - model.keys()), sorted(model.keys() - phi.keys())
-        raise BadUpdate("keys", f"array keys differ from the model's (missing {missing}, extra {extra})")
+        raise BadUpdate("keys",
+                        f"array keys differ from the model's (missing {missing}, extra {extra})")
     for k, ref in phi.items():
         if model[k].shape != ref.shape:
-            raise BadUpdate("shape", f"'{k}' has shape {tuple(model[k].shape)}, expected {tuple(ref.shape)}")
+            raise BadUpdate("shape",
+                            f"'{k}' has shape {tuple(model[k].shape)}, expected {tuple(ref.shape)}")
         if model[k].dtype != ref.dtype:
             raise BadUpdate("dtype", f"'{k}' has dtype {model[k].dtype}, expected {ref.dtype}")
     check_finite(model, [k for k, v in model.items() if v.is_floating_point()])
     if max_norm > 0:
         norm = update_norm(model, phi)
         if norm > max_norm:
-            raise BadUpdate("norm", f"update norm ||w - phi|| = {norm:.4g} > max-update-norm = {max_norm:g}")
+            raise BadUpdate("norm", f"update norm ||w - phi|| = {norm:.4g} > "
+                                    f"max-update-norm = {max_norm:g}")
     return model, float(n)
 
 
@@ -138,13 +144,15 @@ def screen_replies(
             out.counts["dropped"] += 1
             key = f"dropped-{bad.reason}"
             out.counts[key] = out.counts.get(key, 0) + 1
-            log(WARNING, "round %d: dropped the reply of %s: %s", server_round, describe(node), bad.detail)
+            log(WARNING, "round %d: dropped the reply of %s: %s", server_round, describe(node),
+                bad.detail)
             continue
         out.good.append((msg, model, n))
     for node in (m.metadata.dst_node_id for m in sent):
         if node not in answered:
             out.counts["timeouts"] += 1
-            log(WARNING, "round %d: no reply from %s within round-timeout", server_round, describe(node))
+            log(WARNING, "round %d: no reply from %s within round-timeout", server_round,
+                describe(node))
     out.good.sort(key=lambda item: order(node_of.get(item[0].metadata.reply_to_message_id,
                                                      item[0].metadata.src_node_id)))
     out.counts["replies"] = len(out.good)

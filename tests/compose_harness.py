@@ -28,7 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "docker"))
 from app_requirements import app_requirements  # noqa: E402
 
-CACHE = Path(os.environ.get("FEDACG_DOCKER_TEST_CACHE", Path.home() / ".cache" / "fedacg-gc" / "docker-test"))
+CACHE = Path(os.environ.get("FEDACG_DOCKER_TEST_CACHE",
+                            Path.home() / ".cache" / "fedacg-gc" / "docker-test"))
 DEBIAN_IMAGE = "fedacg-gc-test/debian-python:bookworm"
 IMAGE_PYTHON = "3.11"  # Debian bookworm's python3
 DEBIAN_SUITE = "bookworm"
@@ -39,10 +40,12 @@ class EngineUnavailable(Exception):
     """No Docker engine or compose could be found, installed or started."""
 
 
-def sh(cmd: list[str], timeout: float = 600, check: bool = True, **kw) -> subprocess.CompletedProcess:
+def sh(cmd: list[str], timeout: float = 600, check: bool = True,
+       **kw) -> subprocess.CompletedProcess:
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw)
     if check and out.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({out.returncode}):\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
+        raise RuntimeError(f"{' '.join(cmd)} failed ({out.returncode}):\n"
+                           f"{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
     return out
 
 
@@ -57,11 +60,13 @@ def _engine_answers() -> bool:
 
 def _apt_install(packages: list[str], log: Path) -> None:
     if os.geteuid() != 0 or not shutil.which("apt-get"):
-        raise EngineUnavailable(f"{' '.join(packages)} missing, and no root/apt-get to install them")
+        raise EngineUnavailable(
+            f"{' '.join(packages)} missing, and no root/apt-get to install them")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     with open(log, "a") as f:
         for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", *packages]):
-            if subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, timeout=900).returncode:
+            if subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env,
+                              timeout=900).returncode:
                 raise EngineUnavailable(f"`{' '.join(cmd)}` failed (log: {log})")
 
 
@@ -79,7 +84,8 @@ class Engine:
             if not shutil.which("dockerd"):
                 _apt_install(["docker.io"], log)
             if os.geteuid() != 0:
-                raise EngineUnavailable("the Docker engine is not running and starting dockerd needs root")
+                raise EngineUnavailable(
+                    "the Docker engine is not running and starting dockerd needs root")
             out = open(self.workdir / "dockerd.log", "w")
             self.dockerd = subprocess.Popen(["dockerd"], stdout=out, stderr=subprocess.STDOUT,
                                             start_new_session=True)
@@ -130,8 +136,8 @@ def wheel_requirements() -> tuple[list[str], list[str]]:
 
 def cache_key() -> str:
     reqs, cons = wheel_requirements()
-    text = "\n".join(reqs + ["--"] + cons + [IMAGE_PYTHON, platform.machine(),
-                                             (ROOT / "docker/test/flwr-base.Dockerfile").read_text()])
+    text = "\n".join(reqs + ["--"] + cons + [
+        IMAGE_PYTHON, platform.machine(), (ROOT / "docker/test/flwr-base.Dockerfile").read_text()])
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
@@ -147,7 +153,8 @@ def wheelhouse(key: str, log: Path) -> Path:
     cmd = [sys.executable, "-m", "pip", "download", "-q", "-d", str(tmp), "--only-binary=:all:",
            "-r", str(tmp / ".requirements.txt"), "-c", str(tmp / ".constraints.txt")]
     if f"{sys.version_info.major}.{sys.version_info.minor}" != IMAGE_PYTHON:
-        cmd += ["--python-version", IMAGE_PYTHON, "--platform", f"manylinux_2_36_{platform.machine()}"]
+        cmd += ["--python-version", IMAGE_PYTHON,
+                "--platform", f"manylinux_2_36_{platform.machine()}"]
     with open(log, "a") as f:
         f.write("$ " + " ".join(cmd) + "\n")
         f.flush()
@@ -202,7 +209,8 @@ def debian_mirror(sources: tuple[Path, ...] = APT_SOURCES, suite: str = DEBIAN_S
         elif path.is_file():
             files.append(path)
     for f in files:
-        for uris, suites in _apt_source_entries(f.read_text(errors="replace"), f.suffix == ".sources"):
+        for uris, suites in _apt_source_entries(f.read_text(errors="replace"),
+                                                f.suffix == ".sources"):
             if suite in suites and uris:
                 return uris[0]
     raise EngineUnavailable(
@@ -246,7 +254,8 @@ def base_image(log: Path) -> tuple[str, str]:
            timeout=1800)
     # drop stand-ins and app images of earlier keys (each superexec image is ~2.5 GB)
     for repo, keep in (("fedacg-gc-test/flwr-base", key), ("fedacg-gc/superlink", f"test-{key}"),
-                       ("fedacg-gc/supernode", f"test-{key}"), ("fedacg-gc/superexec", f"test-{key}")):
+                       ("fedacg-gc/supernode", f"test-{key}"),
+                       ("fedacg-gc/superexec", f"test-{key}")):
         tags = sh(["docker", "images", repo, "--format", "{{.Tag}}"], check=False).stdout.split()
         for old in tags:
             if old != keep and (repo.startswith("fedacg-gc-test") or old.startswith("test-")):

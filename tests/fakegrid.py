@@ -17,7 +17,8 @@ class FakeGrid(Grid):
     """
 
     def __init__(self, num_nodes: int, handler: Callable[[int, Message], object]):
-        self.node_ids = [1000 + 7919 * i % 10007 for i in range(num_nodes)]  # not in partition order
+        # not in partition order
+        self.node_ids = [1000 + 7919 * i % 10007 for i in range(num_nodes)]
         self.handler = handler
         self.sent: list[list[int]] = []  # destination node ids per train/evaluate call
         self.queries: list[list[int]] = []  # ... per query call
@@ -30,7 +31,8 @@ class FakeGrid(Grid):
         return self._run
 
     def create_message(self, content, message_type, dst_node_id, group_id, ttl=None):
-        return Message(content, dst_node_id=dst_node_id, message_type=message_type, group_id=group_id)
+        return Message(content, dst_node_id=dst_node_id, message_type=message_type,
+                       group_id=group_id)
 
     def get_node_ids(self) -> Iterable[int]:
         return list(self.node_ids)

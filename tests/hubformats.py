@@ -5,13 +5,16 @@ written the way a user's local copy would look:
 
 | dataset | written as |
 | --- | --- |
-| cifar10 | hub snapshot: README.md with `configs` + `plain_text/{train,test}-00000-of-00001.parquet` |
+| cifar10 | hub snapshot: README.md with `configs` + |
+|  | `plain_text/{train,test}-00000-of-00001.parquet` |
 | cifar100 | `DatasetDict.save_to_disk` folder |
-| tiny-imagenet | parquet `data/{train,valid}-...parquet`, no README (datasets names the split `validation`) |
+| tiny-imagenet | parquet `data/{train,valid}-...parquet`, no README |
+|  | (datasets names the split `validation`) |
 | emnist | NIST IDX files (gzip), saved by `python -m feddata.save emnist --from-idx` |
 | femnist | `save_to_disk` folder, train split only |
 | shakespeare | hub snapshot: README.md with `configs` + `shakespeare.csv`, train split only |
-| celeba | hub snapshot: README.md with `configs` + `img_align+identity+attr/{train,valid,test}-*.parquet` |
+| celeba | hub snapshot: README.md with `configs` + |
+|  | `img_align+identity+attr/{train,valid,test}-*.parquet` |
 """
 
 from __future__ import annotations
@@ -72,7 +75,8 @@ def cifar100(root: Path, rng) -> Path:
 
 
 def tiny_imagenet(root: Path, rng) -> Path:
-    feats = Features({"image": Image(), "label": ClassLabel(names=[f"n{i:08d}" for i in range(200)])})
+    feats = Features({"image": Image(),
+                      "label": ClassLabel(names=[f"n{i:08d}" for i in range(200)])})
     folder = root / "tiny-imagenet" / "data"
     folder.mkdir(parents=True)
     for split, n in (("train", 60), ("valid", 20)):
@@ -118,7 +122,8 @@ def shakespeare(root: Path, rng, speakers: int = 5, per_speaker: int = 20) -> Pa
 
     folder = root / "shakespeare"
     folder.mkdir()
-    text = "To be, or not to be, that is the question: Whether 'tis nobler in the mind to suffer\n" * 8
+    text = ("To be, or not to be, that is the question: "
+            "Whether 'tis nobler in the mind to suffer\n") * 8
     with open(folder / "shakespeare.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["character_id", "x", "y"])
@@ -145,7 +150,8 @@ def celeba(root: Path, rng, celebs: int = 6, per_celeb: int = 5) -> Path:
                 "celeb_id": [offset + i // per_celeb for i in range(n)]}
         data.update({a: (smiling if a == "Smiling" else rng.random(n) < 0.5).tolist()
                      for a in CELEBA_ATTRS})
-        Dataset.from_dict(data, features=feats).to_parquet(str(sub / f"{split}-00000-of-00001.parquet"))
+        Dataset.from_dict(data, features=feats).to_parquet(
+            str(sub / f"{split}-00000-of-00001.parquet"))
     (folder / "README.md").write_text(_readme(
         "- config_name: img_align+identity+attr\n  data_files:\n"
         + "".join(f"  - split: {s}\n    path: img_align+identity+attr/{s}-*\n"

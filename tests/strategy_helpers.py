@@ -27,5 +27,6 @@ def deltas(ds: list[dict], sizes: list[int], seen: list):
 
 def random_state(seed: int) -> dict:
     g = torch.Generator().manual_seed(seed)
-    return {"conv": torch.randn(4, 3, 3, 3, generator=g), "fc.weight": torch.randn(5, 6, generator=g),
+    return {"conv": torch.randn(4, 3, 3, 3, generator=g),
+            "fc.weight": torch.randn(5, 6, generator=g),
             "fc.bias": torch.randn(5, generator=g)}

@@ -14,7 +14,8 @@ from models import build_model
 def run_app(tmp_path, num_nodes, **overrides):
     rc = {"out-dir": str(tmp_path), "run-name": "run", **overrides}
     grid = FakeGrid(num_nodes, client_app_handler(rc, num_nodes))
-    server.main(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=rc))
+    server.main(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),
+                              run_config=rc))
     return json.loads((tmp_path / "run" / "results.json").read_text()), grid
 
 
@@ -56,7 +57,8 @@ def test_flower_baseline_and_federated_evaluation(tmp_path):
 
 
 def test_failing_client_is_counted_and_the_round_goes_on(tmp_path):
-    rc = {"out-dir": str(tmp_path), "run-name": "run", "num-server-rounds": 2, "fraction-train": 1.0}
+    rc = {"out-dir": str(tmp_path), "run-name": "run", "num-server-rounds": 2,
+          "fraction-train": 1.0}
     real = client_app_handler(rc, 4)
 
     def handler(i, msg):

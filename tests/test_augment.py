@@ -1,4 +1,5 @@
-"""The training input pipeline: batched crop/flip/rotation on the device, seeded; none at test time."""
+"""The training input pipeline: batched crop/flip/rotation on the device, seeded; none at test
+time."""
 
 import pytest
 import torch
@@ -51,7 +52,8 @@ def test_train_transform_shapes_ranges_and_seed():
     lo = (0 - torch.tensor(CIFAR.mean)) / torch.tensor(CIFAR.std)
     hi = (1 - torch.tensor(CIFAR.mean)) / torch.tensor(CIFAR.std)
     per_channel = a.transpose(0, 1).reshape(3, -1)
-    assert (per_channel.min(1).values >= lo - 1e-5).all() and (per_channel.max(1).values <= hi + 1e-5).all()
+    assert ((per_channel.min(1).values >= lo - 1e-5).all()
+            and (per_channel.max(1).values <= hi + 1e-5).all())
     assert torch.isclose(per_channel.min(1).values, lo, atol=1e-5).all()  # black padding appears
     assert not torch.equal(a, normalize(x, CIFAR))  # it did augment
 
@@ -77,7 +79,8 @@ def test_test_time_path_leaves_inputs_unchanged():
     tokens = torch.from_numpy(char_indices(["to be, or not to be"], 80))
     shakespeare = TrainTransform(DATASET_BY_NAME["shakespeare"], "crop-flip")
     assert shakespeare(tokens, torch.Generator()) is tokens
-    assert tokens[0, :5].tolist() == [72, 67, 1, 54, 57]  # LEAF's indices (ALL_LETTERS.find) of "to be"
+    # LEAF's indices (ALL_LETTERS.find) of "to be"
+    assert tokens[0, :5].tolist() == [72, 67, 1, 54, 57]
 
 
 def test_local_update_with_augmentation_is_deterministic():
@@ -92,7 +95,8 @@ def test_local_update_with_augmentation_is_deterministic():
     assert torch.equal(weights[0], weights[1])
     model = build_model("cnn", (3, 32, 32), 10, seed=0)
     local_update(model, x, y, cfg, torch.Generator().manual_seed(3), TrainTransform(CIFAR, "none"))
-    assert not torch.equal(weights[0], torch.cat([p.detach().flatten() for p in model.parameters()]))
+    assert not torch.equal(weights[0],
+                           torch.cat([p.detach().flatten() for p in model.parameters()]))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")

@@ -76,7 +76,8 @@ def run_strategy(num_nodes, handler, rounds=3, **kw):
     states, metrics = [], {}
     strategy.round_metrics_fn = lambda r, m: metrics.__setitem__(r, dict(m))
     strategy.start(grid=FakeGrid(num_nodes, handler), initial_arrays=ArrayRecord(random_state(99)),
-                   num_rounds=rounds, round_end_fn=lambda r, a: states.append(strategy.state_dict()))
+                   num_rounds=rounds,
+                   round_end_fn=lambda r, a: states.append(strategy.state_dict()))
     return states, metrics
 
 
@@ -119,7 +120,8 @@ def test_too_few_good_replies_skip_the_round_with_theta_and_m_unchanged():
     assert metrics[2] == {"replies": 2, "errors": 2, "timeouts": 0, "dropped": 0, "skipped": 1}
     assert metrics[1]["skipped"] == metrics[3]["skipped"] == 0
     assert_equal_states([states[1]], [states[0]])  # round 2 changed neither theta nor m
-    diff = max((states[2]["theta"][k] - states[1]["theta"][k]).abs().max() for k in states[1]["theta"])
+    diff = max((states[2]["theta"][k] - states[1]["theta"][k]).abs().max()
+               for k in states[1]["theta"])
     assert diff > 1e-3  # round 3 went on training
 
 
@@ -163,7 +165,8 @@ def run_app(tmp_path, num_nodes, handler_wrapper, **overrides):
     rc = {"out-dir": str(tmp_path), "run-name": "run", "num-server-rounds": 3,
           "local-iterations": 2, "fraction-train": 1.0, **overrides}
     grid = FakeGrid(num_nodes, handler_wrapper(client_app_handler(rc, num_nodes)))
-    server.main(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=rc))
+    server.main(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),
+                              run_config=rc))
     return json.loads((tmp_path / "run" / "results.json").read_text())["rounds"]
 
 

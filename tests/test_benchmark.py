@@ -16,7 +16,8 @@ pytestmark = pytest.mark.slow
 
 def test_benchmark_smoke(tmp_path):
     out = subprocess.run(
-        [sys.executable, "-m", "benchmarks.sim_vs_loop", "--tiny", "--json", str(tmp_path / "b.json")],
+        [sys.executable, "-m", "benchmarks.sim_vs_loop", "--tiny",
+         "--json", str(tmp_path / "b.json")],
         cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "| workload | plain s/round | app s/round | app training s/round |" in out.stdout

@@ -84,7 +84,8 @@ def test_resumed_run_is_bitwise_the_uninterrupted_one(tmp_path, reference):
     theta = torch.load(tmp_path / "run" / "final_model.pt", weights_only=True)
     assert ref_theta.keys() == theta.keys()
     assert all(torch.equal(ref_theta[k], theta[k]) for k in theta)
-    ref_ckpt, end = load_checkpoint(ref_dir / "checkpoint.pt"), load_checkpoint(tmp_path / "run" / "checkpoint.pt")
+    ref_ckpt, end = (load_checkpoint(ref_dir / "checkpoint.pt"),
+                     load_checkpoint(tmp_path / "run" / "checkpoint.pt"))
     assert ref_ckpt["round"] == end["round"] == 6
     for part in ("theta", "m", "phi"):
         assert all(torch.equal(ref_ckpt["strategy"][part][k], end["strategy"][part][k])
@@ -154,7 +155,8 @@ class Payload:
 
 def test_loading_runs_no_code(tmp_path):
     path = tmp_path / "checkpoint.pt"
-    torch.save({"format": 1, "round": 1, "config": {}, "strategy": Payload(), "rng": {}, "rows": []}, path)
+    torch.save({"format": 1, "round": 1, "config": {}, "strategy": Payload(), "rng": {},
+                "rows": []}, path)
     with pytest.raises(CheckpointError, match="cannot read checkpoint"):
         load_checkpoint(path)
     assert not (tmp_path / "pwned.txt").exists() and not os.path.exists("pwned.txt")
@@ -186,6 +188,7 @@ def test_a_checkpoint_from_before_the_methods_registry_resumes():
     cfg = resolve({"method": "fedacg", "num-server-rounds": 5})
     older = {k: v for k, v in cfg.items() if k not in ("server-rule", "client-objective")}
     check_resumable(older, cfg, 3)
-    with pytest.raises(ConfigError, match="'client-objective' = 'none' \\(checkpoint: 'proximal'\\)"):
+    with pytest.raises(ConfigError,
+                       match="'client-objective' = 'none' \\(checkpoint: 'proximal'\\)"):
         check_resumable(older, resolve({"method": "fedacg", "num-server-rounds": 5,
                                         "client-objective": "none"}), 3)

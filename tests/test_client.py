@@ -95,12 +95,14 @@ def test_gradient_clipping_bounds_the_step():
     before = [p.detach().clone() for p in model.parameters()]
     x, y = torch.tensor([[1.0, -3.0]]), torch.tensor([1])  # confidently wrong: big gradient
     local_update(model, x, y, LocalConfig(lr=1.0, local_iterations=1, batch_size=1, grad_clip=0.1))
-    norm = torch.sqrt(sum(((b - p.detach()) ** 2).sum() for b, p in zip(before, model.parameters())))
+    norm = torch.sqrt(sum(((b - p.detach()) ** 2).sum()
+                          for b, p in zip(before, model.parameters())))
     assert abs(norm.item() - 0.1) < 1e-5  # raw gradient norm is far above 0.1
 
 
 def test_epochs_and_iterations():
-    assert LocalConfig(lr=1, local_epochs=5, batch_size=50).num_steps(500) == 50  # FedACG: 5 ep = 50 it
+    # FedACG: 5 ep = 50 it
+    assert LocalConfig(lr=1, local_epochs=5, batch_size=50).num_steps(500) == 50
     assert LocalConfig(lr=1, local_epochs=2, batch_size=16).num_steps(65) == 10
     assert LocalConfig(lr=1, local_epochs=2, local_iterations=7).num_steps(65) == 7
 
@@ -109,8 +111,10 @@ def test_partition_moves_to_the_training_device_once():
     from client_app.app import on_device
     from feddata.disk_cache import PreparedPartition
 
-    data = PreparedPartition(torch.zeros(4, 1, 8, 8, dtype=torch.uint8), torch.zeros(4, dtype=torch.long),
-                             torch.zeros(1, 1, 8, 8), torch.zeros(1, dtype=torch.long), (1, 8, 8), 10)
+    data = PreparedPartition(torch.zeros(4, 1, 8, 8, dtype=torch.uint8),
+                             torch.zeros(4, dtype=torch.long),
+                             torch.zeros(1, 1, 8, 8), torch.zeros(1, dtype=torch.long),
+                             (1, 8, 8), 10)
     assert on_device(data, torch.device("cpu"))[0] is data.train_x  # CPU: the cached tensors
     moved = on_device(data, torch.device("meta"))  # stands in for a GPU on this machine
     assert moved[0].device.type == "meta" and moved[0].shape == (4, 1, 8, 8)

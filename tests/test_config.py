@@ -24,7 +24,8 @@ def test_defaults_and_presets():
 
 def test_every_knob_overrides_its_preset():
     cfg = resolve({"method": "fedacg", "lam": 0.9, "beta": 0, "global-gc": "classifier"})
-    assert (cfg["lam"], cfg["beta"], cfg["global-gc"], cfg["lookahead"]) == (0.9, 0.0, "classifier", True)
+    assert (cfg["lam"], cfg["beta"], cfg["global-gc"], cfg["lookahead"]) == (
+        0.9, 0.0, "classifier", True)
 
 
 def test_uncoerced_values_are_accepted():

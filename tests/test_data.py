@@ -46,7 +46,8 @@ def test_lda_unequal_sizes_with_the_minimum():
 
 def test_lda_impossible_minimum_is_a_clear_error():
     with pytest.raises(ValueError, match="lda-min-size"):
-        load_partition(resolve({"partitioner": "lda", "lda-alpha": 0.01, "lda-min-size": 140}), 0, 10)
+        load_partition(resolve({"partitioner": "lda", "lda-alpha": 0.01, "lda-min-size": 140}),
+                       0, 10)
 
 
 def test_iid_and_test_set_disjoint_sizes():
@@ -99,7 +100,8 @@ def test_natural_split_needs_a_natural_id():
 
 
 def test_partition_summary_numbers():
-    s = partition_summary(resolve({"partitioner": "dirichlet-balanced", "dirichlet-alpha": 0.1}), 10)
+    s = partition_summary(resolve({"partitioner": "dirichlet-balanced", "dirichlet-alpha": 0.1}),
+                          10)
     assert (s["clients"], s["size-min"], s["size-max"], s["train-examples"]) == (10, 143, 143, 1437)
     assert 1 <= s["labels-min"] <= s["labels-median"] <= s["labels-max"] <= 10
     assert s["labels-median"] < 8  # alpha 0.1: few labels per client

@@ -107,12 +107,14 @@ def deployment(tmp_path):
     if not (shutil.which("nginx") or os.path.exists("/usr/sbin/nginx")):
         pytest.skip("the fleet proxy needs nginx (apt-get install nginx-light)")
     link_port, port = free_port(), free_port()  # SuperLink (operator) / fleet proxy (nodes)
-    base = {**os.environ, "OMP_NUM_THREADS": "1", "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1"}
+    base = {**os.environ, "OMP_NUM_THREADS": "1",
+            "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1"}
     procs = Processes(tmp_path)
     proxy_dir = tempfile.mkdtemp(prefix="fleet-proxy-")  # nginx's workers must reach it
     try:
         procs.start("superlink", ["bash", str(DEPLOY / "superlink.sh"), str(creds), "127.0.0.1",
-                                  str(link_port)], {**base, "FLWR_HOME": str(tmp_path / "link-home")})
+                                  str(link_port)],
+                    {**base, "FLWR_HOME": str(tmp_path / "link-home")})
         procs.start("fleet-proxy", ["bash", str(DEPLOY / "fleet-proxy.sh"), str(creds),
                                     f"127.0.0.1:{port}", str(link_port)],
                     {**base, "PROXY_RUN_DIR": proxy_dir})
@@ -175,8 +177,10 @@ def test_tls_authenticated_deployment_runs_fedacg(deployment, tmp_path):
     registered = node_ids(user, conn)
     assert len(registered) == 2 and set(registered.values()) == {"registered"}, registered
     # re-running the registration is harmless
-    again = run(["sh", str(DEPLOY / "register-supernodes.sh"), conn, str(creds / "supernode-0.pub")], user)
-    assert again.returncode == 0 and "already registered" in again.stdout, again.stdout + again.stderr
+    again = run(["sh", str(DEPLOY / "register-supernodes.sh"), conn,
+                 str(creds / "supernode-0.pub")], user)
+    assert again.returncode == 0 and "already registered" in again.stdout, (
+        again.stdout + again.stderr)
 
     cache = tmp_path / "partition-cache"
     node_env = {**user, "FEDACG_CACHE_DIR": str(cache)}
@@ -185,7 +189,8 @@ def test_tls_authenticated_deployment_runs_fedacg(deployment, tmp_path):
         str(creds / "intruder"), "0", "2", str(free_port())],
         {**node_env, "FLWR_HOME": str(tmp_path / "intruder-home")})
     # node 0 names its cache folder in its node config, node 1 through the environment
-    node_extra = [{"NODE_CONFIG_EXTRA": f"cache-dir='{cache}'", "FEDACG_CACHE_DIR": str(tmp_path / "unused")},
+    node_extra = [{"NODE_CONFIG_EXTRA": f"cache-dir='{cache}'",
+                   "FEDACG_CACHE_DIR": str(tmp_path / "unused")},
                   {}]
     for i in range(2):
         procs.start(f"supernode-{i}", [
@@ -197,7 +202,8 @@ def test_tls_authenticated_deployment_runs_fedacg(deployment, tmp_path):
     intruder.wait(90)
     assert intruder.returncode != 0
     assert "Failed to activate SuperNode" in procs.log("intruder"), procs.log("intruder")
-    wait_until(lambda: set(node_ids(user, conn).values()) == {"online"}, 60, "both SuperNodes online")
+    wait_until(lambda: set(node_ids(user, conn).values()) == {"online"}, 60,
+               "both SuperNodes online")
     assert set(node_ids(user, conn)) == set(registered)  # the intruder never became a node
     for name, proc in nodes_side.items():
         text = proc.communicate(timeout=300)[0]

@@ -97,15 +97,18 @@ def test_run_completes_when_a_supernode_is_killed(tmp_path):
         assert killed_at is not None, log[-4000:]
         rows = rows_of(results)
         assert [r["round"] for r in rows] == [0, 1, 2, 3], log[-4000:]
-        assert (rows[1]["train-replies"], rows[1]["train-errors"], rows[1]["train-timeouts"]) == (3, 0, 0)
+        assert (rows[1]["train-replies"], rows[1]["train-errors"],
+                rows[1]["train-timeouts"]) == (3, 0, 0)
         # round 2: the dead node's instruction fails (SuperLink: node unavailable) or times out
         assert rows[2]["train-replies"] == 2
         assert rows[2]["train-errors"] + rows[2]["train-timeouts"] == 1
         assert rows[2]["train-skipped"] == 0
         # round 3: only the two live nodes are sampled
-        assert (rows[3]["train-replies"], rows[3]["train-errors"], rows[3]["train-timeouts"]) == (2, 0, 0)
+        assert (rows[3]["train-replies"], rows[3]["train-errors"],
+                rows[3]["train-timeouts"]) == (2, 0, 0)
         assert rows[3]["test-loss"] < rows[0]["test-loss"]
-        print(f"deployment run: node killed at {killed_at:.0f} s, run done at {time.monotonic() - t:.0f} s")
+        print(f"deployment run: node killed at {killed_at:.0f} s, "
+              f"run done at {time.monotonic() - t:.0f} s")
     finally:
         for proc in procs.values():
             stop(proc)

@@ -8,7 +8,8 @@ import torch
 
 from feddata import DATA_KEYS, load_client_data
 from feddata import disk_cache
-from feddata.disk_cache import CACHE_KEY_NAMES, cache_dir, cache_file, cache_key, load_prepared_partition
+from feddata.disk_cache import (CACHE_KEY_NAMES, cache_dir, cache_file, cache_key,
+                                 load_prepared_partition)
 from run_config import resolve
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,7 +53,8 @@ def test_miss_writes_and_a_fresh_process_reads_without_heavy_imports(tmp_path):
         "from run_config import resolve\n"
         f"cfg = resolve({{'partitioner': 'lda', 'lda-alpha': 0.5, 'seed': 4}})\n"
         f"p = load_prepared_partition(cfg, 2, 6, __import__('pathlib').Path({str(tmp_path)!r}))\n"
-        f"print([m for m in {HEAVY!r} if m in sys.modules], len(p.train_y), float(p.train_x.sum()))\n"
+        f"print([m for m in {HEAVY!r} if m in sys.modules], "
+        "len(p.train_y), float(p.train_x.sum()))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                          check=True).stdout.split()

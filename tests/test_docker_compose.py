@@ -63,7 +63,8 @@ def test_compose_demo_runs_two_rounds(tmp_path):
             **os.environ,
             "CREDENTIALS_DIR": str(creds),
             "FEDACG_IMAGE_TAG": f"test-{key}",
-            "SUPERLINK_BASE_IMAGE": base, "SUPERNODE_BASE_IMAGE": base, "SUPEREXEC_BASE_IMAGE": base,
+            "SUPERLINK_BASE_IMAGE": base, "SUPERNODE_BASE_IMAGE": base,
+            "SUPEREXEC_BASE_IMAGE": base,
             "BIND_HOST": "127.0.0.1",
             "SUPERLINK_PORT": str(free_port()),
             **{f"SUPERNODE_{i}_PORT": str(free_port()) for i in range(NODES)},
@@ -72,7 +73,8 @@ def test_compose_demo_runs_two_rounds(tmp_path):
         }
         out = run(["bash", str(DOCKER / "make-credentials.sh"), str(NODES)], env)
         assert out.returncode == 0, out.stdout + out.stderr
-        compose = [*engine.compose, "-p", f"fedacg-gc-test-{os.getpid()}", "-f", str(DOCKER / "compose.yml"),
+        compose = [*engine.compose, "-p", f"fedacg-gc-test-{os.getpid()}",
+                   "-f", str(DOCKER / "compose.yml"),
                    "-f", str(DOCKER / "test" / "compose.host-network.yml")]
 
         t = time.monotonic()
@@ -84,24 +86,28 @@ def test_compose_demo_runs_two_rounds(tmp_path):
         out = run([*compose, "up", "-d"], env, timeout=600, cwd=DOCKER)
         assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
         port = env["SUPERLINK_PORT"]
-        out = run(["sh", str(ROOT / "deploy" / "add-connection.sh"), "compose-test", f"127.0.0.1:{port}",
+        out = run(["sh", str(ROOT / "deploy" / "add-connection.sh"), "compose-test",
+                   f"127.0.0.1:{port}",
                    str(creds / "ca.crt")], env)
         assert out.returncode == 0, out.stderr
         deadline = time.monotonic() + 240
         while online_nodes(env, "compose-test") < NODES:
-            assert time.monotonic() < deadline, "SuperNodes not online after 240 s:\n" + logs(compose, env)
+            assert time.monotonic() < deadline, (
+                "SuperNodes not online after 240 s:\n" + logs(compose, env))
             time.sleep(2)
         phases["compose up"] = time.monotonic() - t
 
         t = time.monotonic()
         out = run(["flwr", "run", ".", "compose-test", "--stream", "--run-config",
-                   "num-server-rounds=2 fraction-train=1.0 run-name='compose-test'"], env, timeout=900, cwd=ROOT)
+                   "num-server-rounds=2 fraction-train=1.0 run-name='compose-test'"], env,
+                  timeout=900, cwd=ROOT)
         phases["flwr run (2 rounds)"] = time.monotonic() - t
         assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:] + logs(compose, env)
         assert "[round 2/2] test-acc" in out.stdout, out.stdout[-4000:] + logs(compose, env)
 
         # the ServerApp wrote its outputs into the `runs` volume of the serverapp executor
-        out = run([*compose, "exec", "-T", "serverapp", "cat", "/app/fedacg-gc-runs/compose-test/results.json"],
+        out = run([*compose, "exec", "-T", "serverapp", "cat",
+                   "/app/fedacg-gc-runs/compose-test/results.json"],
                   env, cwd=DOCKER)
         assert out.returncode == 0, out.stdout + out.stderr
         results = json.loads(out.stdout)
@@ -114,13 +120,16 @@ def test_compose_demo_runs_two_rounds(tmp_path):
     finally:
         if compose is not None:
             t = time.monotonic()
-            down = run([*compose, "down", "-v", "--remove-orphans", "--timeout", "10"], env, cwd=DOCKER)
+            down = run([*compose, "down", "-v", "--remove-orphans", "--timeout", "10"], env,
+                       cwd=DOCKER)
             phases["compose down"] = time.monotonic() - t
-            left = run(["docker", "ps", "-aq", "--filter", f"label=com.docker.compose.project=fedacg-gc-test-{os.getpid()}"],
+            left = run(["docker", "ps", "-aq", "--filter",
+                        f"label=com.docker.compose.project=fedacg-gc-test-{os.getpid()}"],
                        env).stdout.split()
         engine.stop()
         phases["total"] = time.monotonic() - t_start
-        print("\ncompose test wall times: " + ", ".join(f"{k} {v:.1f} s" for k, v in phases.items()))
+        print("\ncompose test wall times: "
+              + ", ".join(f"{k} {v:.1f} s" for k, v in phases.items()))
     assert down.returncode == 0, down.stdout + down.stderr
     assert left == [], f"containers left after down: {left}"
 

@@ -1,4 +1,5 @@
-"""Fast checks of the deployment files: credentials, compose generation, Dockerfiles, requirements."""
+"""Fast checks of the deployment files: credentials, compose generation, Dockerfiles,
+requirements."""
 
 import re
 import shutil
@@ -24,7 +25,8 @@ def credentials(*args):
 
 
 def test_server_certificate_names_the_superlink_and_is_signed_by_the_ca(tmp_path):
-    out = credentials("tls", "--out", str(tmp_path), "--san", "IP:10.1.2.3", "--san", "DNS:link.lan")
+    out = credentials("tls", "--out", str(tmp_path), "--san", "IP:10.1.2.3",
+                      "--san", "DNS:link.lan")
     assert out.returncode == 0, out.stderr
     ca = x509.load_pem_x509_certificate((tmp_path / "ca.crt").read_bytes())
     cert = x509.load_pem_x509_certificate((tmp_path / "server.pem").read_bytes())
@@ -54,7 +56,8 @@ def test_node_keys_are_ec_openssh_pairs(tmp_path):
         assert (tmp_path / f"{name}.pub").read_text().startswith("ecdsa-sha2-nistp384 ")
         keys.append(public.public_numbers())
     assert keys[0] != keys[1]
-    assert credentials("tls", "--out", str(tmp_path), "--san", "10.0.0.1").returncode != 0  # no IP:/DNS:
+    # no IP:/DNS:
+    assert credentials("tls", "--out", str(tmp_path), "--san", "10.0.0.1").returncode != 0
 
 
 def test_committed_compose_files_are_the_generators_output():
@@ -68,13 +71,15 @@ def test_compose_has_one_partition_key_and_port_per_node():
         assert f"--node-config=partition-id={i} num-partitions=3" in text
         assert f"/supernode-{i}:/credentials/supernode.key:ro" in text
         assert f"--runtime-api-address=supernode-{i}:${{SUPERNODE_{i}_PORT:-{9094 + i}}}" in text
-    assert text.count("--enable-supernode-auth") == 1 and "--insecure" not in text.split("clientapp-0")[0]
+    assert (text.count("--enable-supernode-auth") == 1
+            and "--insecure" not in text.split("clientapp-0")[0])
     assert len(re.findall(r"^  clientapp-\d+:$", make_compose.gpu(3, 2), re.M)) == 3
     assert 'device_ids: ["1"]' in make_compose.gpu(3, 2)
     assert make_compose.host_network(3).count("network_mode: host") == 3 + 2 * 3
 
 
-@pytest.mark.skipif(not (shutil.which("docker-compose") or shutil.which("docker")), reason="no compose")
+@pytest.mark.skipif(not (shutil.which("docker-compose") or shutil.which("docker")),
+                    reason="no compose")
 def test_compose_files_are_valid(tmp_path):
     cmd = ["docker-compose"] if shutil.which("docker-compose") else ["docker", "compose"]
     if subprocess.run([*cmd, "version"], capture_output=True).returncode != 0:
@@ -82,8 +87,10 @@ def test_compose_files_are_valid(tmp_path):
     for extra in (["compose.override.yml"], ["compose.override.yml", "compose.gpu.yml"],
                   ["test/compose.host-network.yml"]):
         files = [a for f in ["compose.yml", *extra] for a in ("-f", f)]
-        out = subprocess.run([*cmd, *files, "config", "-q"], cwd=DOCKER, capture_output=True, text=True,
-                             env={"PATH": "/usr/bin:/bin:/usr/local/bin", "CREDENTIALS_DIR": str(tmp_path)})
+        out = subprocess.run([*cmd, *files, "config", "-q"], cwd=DOCKER, capture_output=True,
+                             text=True,
+                             env={"PATH": "/usr/bin:/bin:/usr/local/bin",
+                                  "CREDENTIALS_DIR": str(tmp_path)})
         assert out.returncode == 0, (extra, out.stderr)
 
 
@@ -95,7 +102,8 @@ def test_images_default_to_the_official_flower_images_of_one_release():
         assert f'ENTRYPOINT ["flower-{role}"]' in dockerfile
         assert f"${{{role.upper()}_BASE_IMAGE:-flwr/{role}:{version}}}" in make_compose.compose(2)
     # only the dependency list enters the build context: no code, no credentials
-    rules = [r for r in (ROOT / ".dockerignore").read_text().splitlines() if r and not r.startswith("#")]
+    rules = [r for r in (ROOT / ".dockerignore").read_text().splitlines()
+             if r and not r.startswith("#")]
     assert rules == ["*", "!pyproject.toml", "!docker/app_requirements.py"]
 
 
@@ -103,7 +111,8 @@ def test_superexec_requirements_are_the_apps_without_flower():
     reqs = app_requirements((ROOT / "pyproject.toml").read_text())
     names = {re.match(r"[A-Za-z0-9._-]+", r).group(0).lower() for r in reqs}
     assert "flwr" not in names and {"torch", "flwr-datasets", "scikit-learn"} <= names
-    assert app_requirements('[project]\ndependencies = ["flwr[simulation]>=1.41", "Flwr_x==1", "numpy"]') == [
+    assert app_requirements('[project]\n'
+                            'dependencies = ["flwr[simulation]>=1.41", "Flwr_x==1", "numpy"]') == [
         "Flwr_x==1", "numpy"]
 
 
@@ -118,11 +127,13 @@ def test_the_debian_mirror_comes_from_the_machines_apt_sources(tmp_path, monkeyp
         "deb [arch=amd64 signed-by=/k.gpg] http://other.example/x stable-updates main\n")
     (tmp_path / "sources.list.d" / "debian.sources").write_text(
         "Types: deb\nURIs: http://mirror.example/debian-security\nSuites: bookworm-security\n\n"
-        "Types: deb deb-src\nURIs: http://mirror.example/debian\nSuites: bookworm bookworm-updates\n"
+        "Types: deb deb-src\nURIs: http://mirror.example/debian\n"
+        "Suites: bookworm bookworm-updates\n"
         "Components: main\n")
     sources = (tmp_path / "sources.list", tmp_path / "sources.list.d")
     assert debian_mirror(sources) == "http://mirror.example/debian"
-    (tmp_path / "sources.list").write_text("deb [trusted=yes] http://list.example/debian bookworm main\n")
+    (tmp_path / "sources.list").write_text(
+        "deb [trusted=yes] http://list.example/debian bookworm main\n")
     assert debian_mirror(sources) == "http://list.example/debian"  # sources.list is read first
     with pytest.raises(EngineUnavailable, match="FEDACG_DEBIAN_MIRROR"):
         debian_mirror(sources, suite="trixie")
@@ -140,5 +151,6 @@ def test_no_registry_host_names_in_the_repository():
         path = ROOT / name
         if path.is_file() and path.suffix not in (".png", ".pt"):
             text = path.read_text(errors="replace")
-            found += [f"{name}: {h}" for h in hosts if h in text and name != "tests/test_docker_files.py"]
+            found += [f"{name}: {h}" for h in hosts
+                      if h in text and name != "tests/test_docker_files.py"]
     assert not found, found

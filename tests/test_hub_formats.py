@@ -29,7 +29,8 @@ def copies(tmp_path_factory):
     root = tmp_path_factory.mktemp("hub-copies")
     rng = np.random.default_rng(0)
     paths = {name: getattr(hubformats, name.replace("-", "_"))(root, rng)
-             for name in ("cifar10", "cifar100", "tiny-imagenet", "femnist", "shakespeare", "celeba")}
+             for name in ("cifar10", "cifar100", "tiny-imagenet", "femnist", "shakespeare",
+                          "celeba")}
     idx = hubformats.emnist_idx(root, rng)
     assert save_main(["emnist", str(root / "emnist"), "--from-idx", str(idx)]) == 0
     paths["emnist"] = root / "emnist"
@@ -70,7 +71,8 @@ def test_loads_offline_partitions_and_trains_one_round(copies, tmp_path, dataset
         assert x.dtype.is_floating_point  # evaluation tensors are normalized once
     # one round of the real apps
     grid = FakeGrid(clients, client_app_handler(rc, clients))
-    server.main(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=rc))
+    server.main(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),
+                              run_config=rc))
     run = tmp_path / "run"
     rows = json.loads((run / "results.json").read_text())["rounds"]
     assert rows[1]["train-replies"] == max(int(clients * 0.5), 2)
@@ -142,9 +144,11 @@ def test_save_command_writes_a_copy_that_loads_the_same(copies, tmp_path, fmt):
 
 def test_missing_columns_and_paths_are_clear_errors(copies, tmp_path):
     with pytest.raises(ValueError, match="does not exist"):
-        load_partition(resolve({"dataset": "cifar10", "dataset-path": str(tmp_path / "nope")}), 0, 2)
+        load_partition(resolve({"dataset": "cifar10", "dataset-path": str(tmp_path / "nope")}),
+                       0, 2)
     with pytest.raises(ValueError, match="no column 'img'"):  # a FEMNIST copy read as CIFAR-10
-        load_partition(resolve({"dataset": "cifar10", "dataset-path": str(copies["femnist"])}), 0, 2)
+        load_partition(resolve({"dataset": "cifar10", "dataset-path": str(copies["femnist"])}),
+                       0, 2)
     with pytest.raises(ValueError, match="no hub copy"):
         load_partition(resolve({"dataset": "emnist"}), 0, 2)
     with pytest.raises(ValueError, match="uoft-cs/cifar100.*set dataset-path"):  # offline here

@@ -34,7 +34,8 @@ def app_copy(dest: Path) -> Path:
     shutil.copy(ROOT / "README.md", dest)
     shutil.copy(ROOT / "tests" / "where_client_app.py", dest)
     pyproject, n = re.subn(r'clientapp = "client_app.app:app"',
-                           'clientapp = "where_client_app:app"', (ROOT / "pyproject.toml").read_text())
+                           'clientapp = "where_client_app:app"',
+                           (ROOT / "pyproject.toml").read_text())
     assert n == 1
     (dest / "pyproject.toml").write_text(pyproject)
     return dest

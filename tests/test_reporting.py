@@ -75,18 +75,21 @@ def test_comparison_table_one_row_per_method():
                     target_accs=[55, 60], total_rounds=4)
     b = run_summary(rows_of([0.6, 0.8, 0.9, 0.9], mb=1e5), acc_at_rounds=[2, 4],
                     target_accs=[55, 60], total_rounds=4)
-    md, csv = comparison([MethodRuns("FedAvg", [a, a]), MethodRuns("FedACG", [a, b])], [2, 4], [55, 60])
+    md, csv = comparison([MethodRuns("FedAvg", [a, a]), MethodRuns("FedACG", [a, b])], [2, 4],
+                         [55, 60])
     lines = md.strip().splitlines()
-    assert lines[0] == ("| Method | Acc. at 2R (%) | Acc. at 4R (%) | Rounds to 55% | Rounds to 60% "
-                        "| MB per round | Seeds |")
+    assert lines[0] == ("| Method | Acc. at 2R (%) | Acc. at 4R (%) | Rounds to 55% "
+                        "| Rounds to 60% | MB per round | Seeds |")
     assert lines[2] == "| FedAvg | 52.00 ± 0.00 | 59.22 ± 0.00 | 3 ± 0 | 4+ | 0.3 | 2 |"
     # b: EMA 0.6, 0.62, 0.648, 0.6732 -> 55% and 60% at round 1; a: 55% at 3, 60% never (4+)
     # 0.3 MB per round: (1e5 down + 2e5 up) bytes
-    assert lines[3].startswith("| FedACG | 57.00 ± 7.07 | 63.27 ± 5.73 | 2 ± 1.4 | 2.5+ (1/2 reached) |")
+    assert lines[3].startswith("| FedACG | 57.00 ± 7.07 | 63.27 ± 5.73 | 2 ± 1.4 "
+                               "| 2.5+ (1/2 reached) |")
     assert len(lines) == 4
-    assert csv.splitlines()[0] == ("Method,Acc. at 2R (%),Acc. at 4R (%),Rounds to 55%,Rounds to 60%,"
-                                   "MB per round,Seeds")
-    two = comparison([MethodRuns("FedAvg", [a], "iid"), MethodRuns("FedAvg", [b], "dir0.3")], [2], [55])
+    assert csv.splitlines()[0] == ("Method,Acc. at 2R (%),Acc. at 4R (%),Rounds to 55%,"
+                                   "Rounds to 60%,MB per round,Seeds")
+    two = comparison([MethodRuns("FedAvg", [a], "iid"), MethodRuns("FedAvg", [b], "dir0.3")], [2],
+                     [55])
     assert "### iid" in two[0] and "### dir0.3" in two[0]
     assert two[1].splitlines()[0].startswith("Setting,Method,")
     assert two[1].splitlines()[2].startswith("dir0.3,FedAvg,")
@@ -175,4 +178,5 @@ def test_reporting_imports_neither_flower_nor_torch():
             "reporting.sweep, reporting.superlink; "
             "bad = [m for m in sys.modules if m.split('.')[0] in ('flwr', 'torch')]; "
             "assert not bad, bad")
-    subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1], check=True)
+    subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1],
+                   check=True)

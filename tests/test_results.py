@@ -77,7 +77,8 @@ def test_failed_clients_are_counted(tmp_path):
             return real(i, msg)
         return handler
 
-    results, _ = run_app(tmp_path, 4, wrap=failing, **{"num-server-rounds": 2, "fraction-train": 1.0})
+    results, _ = run_app(tmp_path, 4, wrap=failing,
+                         **{"num-server-rounds": 2, "fraction-train": 1.0})
     model_bytes = ArrayRecord(build_model("cnn", (1, 8, 8), 10).state_dict()).count_bytes()
     for row in results["rounds"][1:]:
         assert (row["clients-sampled"], row["clients-replied"], row["clients-failed"]) == (4, 3, 1)

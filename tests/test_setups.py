@@ -38,19 +38,23 @@ def test_every_shipped_setup_is_valid_and_carries_the_papers_numbers():
 
 def test_setup_values_are_the_papers():
     t1a = resolve({"setup": "fedacg-t1a-cifar10"})
-    assert (t1a["model"], t1a["partitioner"], t1a["dirichlet-alpha"], t1a["lr"], t1a["weight-decay"],
+    assert (t1a["model"], t1a["partitioner"], t1a["dirichlet-alpha"], t1a["lr"],
+            t1a["weight-decay"],
             t1a["grad-clip"], t1a["batch-size"], t1a["local-epochs"], t1a["num-server-rounds"],
             t1a["fraction-train"], t1a["local-momentum"]) == \
         ("resnet18", "dirichlet-balanced", 0.3, 0.1, 1e-3, 10.0, 50, 5, 1000, 0.05, 0.0)
-    assert load_setup("fedacg-t1a-cifar10")["reported"]["rows"]["fedacg"] == [85.13, 89.10, 319, 450]
+    assert load_setup("fedacg-t1a-cifar10")["reported"]["rows"]["fedacg"] == [
+        85.13, 89.10, 319, 450]
     t1b = resolve({"setup": "fedacg-t1b-cifar10"})
-    assert (t1b["batch-size"], t1b["fraction-train"], load_setup("fedacg-t1b-cifar10")["num-supernodes"]) \
+    assert (t1b["batch-size"], t1b["fraction-train"],
+            load_setup("fedacg-t1b-cifar10")["num-supernodes"]) \
         == (10, 0.02, 500)
     gc = resolve({"setup": "gcfed-t5-cifar10-5of100-lda0.05"})
     assert (gc["partitioner"], gc["lda-alpha"], gc["lr"], gc["local-momentum"], gc["weight-decay"],
             gc["model"], gc["method"], gc["aggregation"]) == \
         ("lda", 0.05, 0.01, 0.9, 1e-5, "cnn", "gcfed", "uniform")
-    assert load_setup("gcfed-t5-cifar10-5of100-lda0.05")["reported"]["rows"]["gcfed"] == [66.47, 2.49]
+    assert load_setup("gcfed-t5-cifar10-5of100-lda0.05")["reported"]["rows"]["gcfed"] == [
+        66.47, 2.49]
     vgg = load_setup("gcfed-t6-vgg11-tiny-imagenet-5of1000-lda0.05")["reported"]["rows"]
     assert vgg["scaffold"] == [None, None] and vgg["gcfed"] == [29.54, 0.07]
     agm = load_setup("fedagm-t7-cifar10-iid-1pct")
@@ -119,7 +123,8 @@ def test_a_setup_runs_with_the_real_apps(tmp_path):
                     "reported: {columns: [acc], rows: {gcfed: [90.0]}}\n")
     rc = {"setup": str(mine), "out-dir": str(tmp_path), "run-name": "run", "local-iterations": 3}
     grid = FakeGrid(6, client_app_handler(rc, 6))
-    server.main(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=rc))
+    server.main(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),
+                              run_config=rc))
     config = json.loads((tmp_path / "run" / "config.json").read_text())
     assert (config["method"], config["partitioner"], config["local-momentum"],
             config["num-server-rounds"]) == ("gcfed", "lda", 0.5, 2)

@@ -1,7 +1,8 @@
 """End to end with the real Flower runtime: `flwr run` against a SuperLink of the test's own.
 
 The SuperLink runs on its own ports with its own FLWR_HOME (so a SuperLink a user left on the
-default port is neither used nor disturbed) and every process it started is stopped, also on failure.
+default port is neither used nor disturbed) and every process it started is stopped, also on
+failure.
 """
 
 import json
@@ -33,7 +34,8 @@ def superlink(tmp_path_factory):
 def test_flwr_run_reaches_accuracy(superlink, method):
     env, home = superlink
     if method == "fedacg":
-        run_config = f"method='{method}' num-server-rounds=12 out-dir='{home}/runs' run-name='{method}'"
+        run_config = (f"method='{method}' num-server-rounds=12 out-dir='{home}/runs' "
+                      f"run-name='{method}'")
     else:  # the same run described by a paper-style set-up file: one command
         setup = home / "small-setup.yaml"
         setup.write_text("paper: test\nmethod: gcfed\nfederation: {num-supernodes: 10}\n"

@@ -65,7 +65,8 @@ def test_fedacg_two_rounds_by_hand():
     # round 2: phi = theta1 + 0.5*m1 = [1.375, 4.25]; m2 = 0.5*m1 + d = [0.375, 2.25];
     #          theta2 = [1.625, 5.75]
     seen = []
-    handler = deltas([{"w": torch.tensor([1.0, 0.0])}, {"w": torch.tensor([0.0, 2.0])}], [1, 3], seen)
+    handler = deltas([{"w": torch.tensor([1.0, 0.0])}, {"w": torch.tensor([0.0, 2.0])}], [1, 3],
+                     seen)
     strategy = LookaheadFedAvg(lam=0.5, eta=1.0, lookahead=True, min_train_nodes=2,
                                fraction_evaluate=0.0)
     grid = FakeGrid(2, handler)
@@ -81,7 +82,8 @@ def test_server_step_eta_scales_the_update():
     handler = deltas([{"w": torch.tensor([2.0])}, {"w": torch.tensor([4.0])}], [1, 1], [])
     strategy = LookaheadFedAvg(lam=0.0, eta=0.5, aggregation="uniform", min_train_nodes=2,
                                fraction_evaluate=0.0)
-    theta, _ = run(strategy, handler, {"w": torch.tensor([1.0])}, rounds=1, grid=FakeGrid(2, handler))
+    theta, _ = run(strategy, handler, {"w": torch.tensor([1.0])}, rounds=1,
+                   grid=FakeGrid(2, handler))
     assert theta["w"].tolist() == [2.5]  # uniform weights: d = 3, theta = 1 + 1.5
 
 

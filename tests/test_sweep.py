@@ -44,7 +44,8 @@ def test_grid_expands_methods_settings_seeds_and_files(tmp_path):
     assert c.run_config == {
         "num-server-rounds": 7, "lr": 0.1, "partitioner": "iid", "method": "fedacg", "lam": 0.9,
         "beta": 0.1, "target-accs": "30,38", "seed": 4,
-        "out-dir": str(tmp_path / "out" / "grid" / "runs" / "iid" / "FedACG_beta"), "run-name": "seed-4"}
+        "out-dir": str(tmp_path / "out" / "grid" / "runs" / "iid" / "FedACG_beta"),
+        "run-name": "seed-4"}
     assert c.federation_config == {"num-supernodes": 50}  # the setting's file wins
     assert by["dir0.3", "FedAvg", 3].federation_config == {"num-supernodes": 10}
     assert by["dir0.3", "FedACG 0.9", 3].run_config["lam"] == 0.9
@@ -55,7 +56,8 @@ def test_grid_expands_methods_settings_seeds_and_files(tmp_path):
 @pytest.mark.parametrize("bad,words", [
     ({"methods": {"a": {"method": "fedacg"}}, "seed": [1]}, ["unknown key", "'seed'"]),
     ({"run-config": {"lr": 0.1}}, ["'methods'"]),
-    ({"methods": {"a": {"method": "fedacgg"}}}, ["cell (default, a, seed 0)", "did you mean 'fedacg'"]),
+    ({"methods": {"a": {"method": "fedacgg"}}},
+     ["cell (default, a, seed 0)", "did you mean 'fedacg'"]),
     ({"methods": {"a": {"lrr": 0.1}}}, ["'lrr'", "did you mean 'lr'"]),
     ({"methods": {"a": "nowhere.toml"}}, ["nowhere.toml", "not found"]),
     ({"methods": {"a": {}}, "seeds": "x"}, ["seeds", "int"]),
@@ -93,12 +95,13 @@ def test_sweep_writes_the_table_and_plot_and_resumes(tmp_path):
     sweep_dir = tmp_path / "out" / "two"
 
     lines = (sweep_dir / "table.md").read_text().strip().splitlines()
-    assert lines[0] == ("| Method | Acc. at 2R (%) | Acc. at 3R (%) | Rounds to 1% | Rounds to 99.5% "
-                        "| MB per round | Seeds |")
+    assert lines[0] == ("| Method | Acc. at 2R (%) | Acc. at 3R (%) | Rounds to 1% "
+                        "| Rounds to 99.5% | MB per round | Seeds |")
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in lines[2:]]
     assert [r[0] for r in rows] == ["FedAvg", "FedACG"]  # one row per method, in the file's order
     for r in rows:
-        assert re.fullmatch(r"\d+\.\d\d ± \d+\.\d\d", r[1]) and re.fullmatch(r"\d+\.\d\d ± \d+\.\d\d", r[2])
+        assert (re.fullmatch(r"\d+\.\d\d ± \d+\.\d\d", r[1])
+                and re.fullmatch(r"\d+\.\d\d ± \d+\.\d\d", r[2]))
         assert r[3] == "1 ± 0"  # every seed is above 1% after round 1
         assert r[4] == "3+"  # nobody reaches 99.5% in 3 rounds
         assert r[6] == "2"
