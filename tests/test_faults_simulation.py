@@ -21,7 +21,8 @@ from test_simulation import superlink  # noqa: F401 - the module-scoped SuperLin
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
 
-PACKAGES = ("server_app", "client_app", "strategies", "methods", "models", "feddata", "run_config")
+PACKAGES = ("server_app", "client_app", "strategies", "methods", "models", "feddata", "run_config",
+            "reporting")
 PLAN = [
     {"partition": 1, "round": "all", "fault": "raise"},
     {"partition": 2, "round": 2, "fault": "hang", "seconds": 100},

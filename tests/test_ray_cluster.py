@@ -24,7 +24,8 @@ from reporting.superlink import CONNECTION, LocalSuperLink, free_port, stop_proc
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
 
-PACKAGES = ("server_app", "client_app", "strategies", "methods", "models", "feddata", "run_config")
+PACKAGES = ("server_app", "client_app", "strategies", "methods", "models", "feddata", "run_config",
+            "reporting")
 
 
 def app_copy(dest: Path) -> Path:
