@@ -32,13 +32,10 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import tempfile
-import threading
-import time
 from pathlib import Path
 
-from benchmarks.sim_vs_loop import ROOT, _tree_rss_mb, make_cifar_copy
+from benchmarks.sim_vs_loop import flwr_run_peak, make_cifar_copy
 
 BATCH = 5
 
@@ -73,27 +70,11 @@ def run_population(clients: int, per_round: int, rounds: int, iterations: int, d
         "checkpoint-every=0", f"out-dir='{out}'", f"run-name='{name}'",
     ])
     federation = f"num-supernodes={clients} client-resources-num-cpus=1"
-    peak = [0.0]
     cache = work / f"partition-cache-{clients}"  # empty: round 1 prepares the data
     link = LocalSuperLink()
     link.env["FEDACG_CACHE_DIR"] = str(cache)  # the SuperLink's environment reaches the actors
     with link:
-        stop = threading.Event()
-
-        def sample():
-            while not stop.wait(0.5):
-                peak[0] = max(peak[0], _tree_rss_mb(link.proc.pid))
-
-        sampler = threading.Thread(target=sample, daemon=True)
-        sampler.start()
-        t = time.perf_counter()
-        proc = subprocess.run(
-            ["flwr", "run", ".", link.connection, "--stream", "--run-config", run_config,
-             "--federation-config", federation],
-            cwd=ROOT, env=link.env, capture_output=True, text=True, timeout=7200, check=False)
-        wall = time.perf_counter() - t
-        stop.set()
-        sampler.join()
+        proc, wall, peak_mb = flwr_run_peak(link, run_config, federation)
     if proc.returncode != 0 or not (out / name / "results.json").exists():
         raise RuntimeError(f"flwr run failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-3000:]}")
     rows = json.loads((out / name / "results.json").read_text())["rounds"]
@@ -102,7 +83,7 @@ def run_population(clients: int, per_round: int, rounds: int, iterations: int, d
     return {"clients": clients, "round-seconds": seconds, "round-1-s": seconds[0],
             "median-round-s": statistics.median(seconds[1:] or seconds),
             "setup-s": wall - sum(r["seconds"] for r in rows), "wall-s": wall,
-            "peak-mb": peak[0], "clients-sampled": sampled}
+            "peak-mb": peak_mb, "clients-sampled": sampled}
 
 
 def main() -> None:

@@ -121,6 +121,29 @@ def _tree_rss_mb(root: int) -> float:
     return sum(rss.get(p, 0) for p in tree) / 2**20
 
 
+def flwr_run_peak(link, run_config: str, federation: str) -> tuple:
+    """`flwr run .` on `link` (a running LocalSuperLink): (the finished process, wall seconds,
+    peak host MB of the SuperLink's whole process tree, sampled every 0.5 s)."""
+    peak = [0.0]
+    stop = threading.Event()
+
+    def sample():
+        while not stop.wait(0.5):
+            peak[0] = max(peak[0], _tree_rss_mb(link.proc.pid))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    t = time.perf_counter()
+    proc = subprocess.run(
+        ["flwr", "run", ".", link.connection, "--stream", "--run-config", run_config,
+         "--federation-config", federation],
+        cwd=ROOT, env=link.env, capture_output=True, text=True, timeout=7200, check=False)
+    wall = time.perf_counter() - t
+    stop.set()
+    sampler.join()
+    return proc, wall, peak[0]
+
+
 def app_run(w: Workload, rounds: int, data: Path, out: Path, gpus_per_client: float) -> dict:
     from reporting.superlink import LocalSuperLink
 
@@ -135,24 +158,8 @@ def app_run(w: Workload, rounds: int, data: Path, out: Path, gpus_per_client: fl
     if gpus_per_client > 0:
         federation = (f"num-supernodes={w.clients} client-resources-num-cpus=1 "
                       f"client-resources-num-gpus={gpus_per_client}")
-    peak = [0.0]
     with LocalSuperLink() as link:
-        stop = threading.Event()
-
-        def sample():
-            while not stop.wait(0.5):
-                peak[0] = max(peak[0], _tree_rss_mb(link.proc.pid))
-
-        sampler = threading.Thread(target=sample, daemon=True)
-        sampler.start()
-        t = time.perf_counter()
-        proc = subprocess.run(
-            ["flwr", "run", ".", link.connection, "--stream", "--run-config", run_config,
-             "--federation-config", federation],
-            cwd=ROOT, env=link.env, capture_output=True, text=True, timeout=7200)
-        wall = time.perf_counter() - t
-        stop.set()
-        sampler.join()
+        proc, wall, peak_mb = flwr_run_peak(link, run_config, federation)
     if proc.returncode != 0:
         raise RuntimeError(f"flwr run failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     rows = json.loads((out / w.name / "results.json").read_text())["rounds"]
@@ -160,7 +167,7 @@ def app_run(w: Workload, rounds: int, data: Path, out: Path, gpus_per_client: fl
             # mean client train-seconds x clients: the local training inside each round
             "train-seconds": [r.get("train-seconds", 0.0) * w.clients
                               for r in rows if r["round"] > 0],
-            "wall-seconds": wall, "peak-host-mb": peak[0]}
+            "wall-seconds": wall, "peak-host-mb": peak_mb}
 
 
 def aggregation_ms(device_note: str, n: int = 10) -> float:
