@@ -108,7 +108,8 @@ def train(msg: Message, context: Context) -> Message:
     t = time.perf_counter()
     train_x, train_y, _, _ = on_device(data, device)
     down = {k: v for k, v in msg.content.array_records.items() if k != "arrays"}
-    ctx = LocalContext(down=down, state=context.state, server_round=server_round)
+    ctx = LocalContext(down=down, state=context.state, server_round=server_round,
+                       partition_id=pid, train_y=train_y, num_classes=data.num_classes)
     metrics = local_update(model, train_x, train_y, local, gen, transform, client.parts, ctx)
     # local compute only (ends synchronized: .item())
     metrics["train-seconds"] = time.perf_counter() - t

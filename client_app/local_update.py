@@ -12,6 +12,7 @@ names no method.
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable
 from collections.abc import Sequence
@@ -61,8 +62,13 @@ def batches(n: int, batch_size: int, steps: int, generator: torch.Generator):
 class LocalContext:
     """What the client parts see (methods.ClientPart): the model and its parameters (set by
     `local_update`), the records of the train instruction (`down`), the node's persistent state
-    (Flower's Context.state), the round, the learning rate; `up` collects the parts' reply
-    records."""
+    (Flower's Context.state), the round, the learning rate, the client (its partition id, its
+    training labels, the number of classes); `up` collects the parts' reply records.
+
+    Per-client state goes through `load_state` / `save_state` (kept per partition, since with
+    dynamic clients one node trains several partitions); a frozen copy of the received model
+    (the teacher of distillation terms) through `teacher()`.
+    """
 
     down: dict[str, Any] = field(default_factory=dict)
     state: Any = None
@@ -71,6 +77,39 @@ class LocalContext:
     params: list[torch.Tensor] = field(default_factory=list)
     lr: float = 0.0
     up: dict[str, Any] = field(default_factory=dict)
+    partition_id: int = 0
+    train_y: torch.Tensor | None = None  # the client's training labels (e.g. class counts)
+    num_classes: int = 0
+    steps_done: int = 0  # optimizer steps taken so far in this local update
+    _teacher: nn.Module | None = None
+
+    def teacher(self) -> nn.Module:
+        """A frozen copy of the model at the received point phi, made once per local update (on
+        its first call, which must come before the first step: call it from `begin`)."""
+        if self._teacher is None:
+            if self.steps_done:
+                raise RuntimeError("LocalContext.teacher() first called after training started: "
+                                   "call it in the part's begin() so that it copies phi")
+            self._teacher = copy.deepcopy(self.model).eval().requires_grad_(False)
+        return self._teacher
+
+    def _state_key(self, name: str) -> str:
+        return f"{name}.p{self.partition_id}"
+
+    def load_state(self, name: str) -> dict[str, torch.Tensor] | None:
+        """This client's state `name` saved by an earlier round (None the first time)."""
+        if self.state is None or self._state_key(name) not in self.state.array_records:
+            return None
+        return self.state.array_records[self._state_key(name)].to_torch_state_dict()
+
+    def save_state(self, name: str, tensors: dict[str, torch.Tensor]) -> None:
+        """Keep `tensors` as this client's state `name` for its next round."""
+        from flwr.app import ArrayRecord
+
+        if self.state is None:
+            raise RuntimeError("LocalContext.state is None: no node state to keep client state in")
+        self.state[self._state_key(name)] = ArrayRecord(
+            {k: v.detach().cpu() for k, v in tensors.items()})
 
 
 def local_update(
@@ -120,6 +159,7 @@ def local_update(
         for p in local_gc:
             centralize_(p.grad, cfg.gc_vectors)
         opt.step()
+        ctx.steps_done += 1
         loss_sum += ce.detach() * len(yb)
         correct += (logits.detach().argmax(1) == yb).sum()
         seen += len(yb)

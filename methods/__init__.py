@@ -11,7 +11,7 @@ from __future__ import annotations
 from .parts import ClientPart, Config, Method, ServerRule
 from .registry import (BASE_PRESET, CLIENT_PARTS, METHODS, SERVER_RULES, check_parts,
                        client_part_names, method_names, preset_of, register, server_rule_names,
-                       unregister)
+                       unregister, untested_combinations)
 
 # The built-in methods (each module registers itself on import).
 from . import fedavg, fedprox, fedavgm, fedacg, fedagm  # noqa: E402,F401,I001
@@ -20,4 +20,5 @@ from . import fedadam, fedyogi, fedadagrad  # noqa: E402,F401
 
 __all__ = ["BASE_PRESET", "CLIENT_PARTS", "ClientPart", "Config", "METHODS", "Method",
            "SERVER_RULES", "ServerRule", "check_parts", "client_part_names", "method_names",
-           "preset_of", "register", "server_rule_names", "unregister"]
+           "preset_of", "register", "server_rule_names", "unregister",
+           "untested_combinations"]

@@ -35,6 +35,9 @@ class ClientPart:
     # Keeps per-client state across rounds in the node's Context.state. A fresh run starts it
     # anew; a resumed run cannot restore it (it lives on the nodes), so resume is refused.
     client_state: ClassVar[bool] = False
+    # Switches no paper combines with this part: switch ('lookahead', 'local-gc', 'global-gc')
+    # -> why. The run config refuses them unless 'allow-untested-combinations' = true.
+    untested: ClassVar[dict[str, str]] = {}
 
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
@@ -82,6 +85,8 @@ class ServerRule:
     # 'seeded': the strategy's own RNG over nodes in partition-id order (same partitions in every
     # run, resumable); 'flower': Flower's own sample_nodes with Python's global `random`.
     sampling: ClassVar[str] = "seeded"
+    # Switches it supports that no paper combines with it: switch -> why (as ClientPart.untested)
+    untested: ClassVar[dict[str, str]] = {}
     summary: ClassVar[str] = ""  # one line for the method table
 
     def __init__(self, cfg: Config, model) -> None:

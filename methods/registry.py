@@ -109,6 +109,9 @@ def check_parts(cfg: dict[str, Any]) -> list[str]:
         if on and switch not in rule.supports:
             problems.append(f"{shown} cannot be combined with method '{cfg['method']}' "
                             f"(server-rule '{rule.name}': {rule.summary or rule.__doc__})")
+    if not cfg["allow-untested-combinations"]:
+        problems += [f"{why}; set 'allow-untested-combinations' = true to run it anyway"
+                     for why in untested_combinations(cfg)]
     if cfg["resume"]:
         for part in parts:
             if part.client_state:
@@ -116,3 +119,24 @@ def check_parts(cfg: dict[str, Any]) -> list[str]:
                                 "per-client state lives on the nodes and a resumed run cannot "
                                 "restore it; start afresh with resume = ''")
     return problems
+
+
+UNTESTED_SWITCHES = {  # switch -> (is it on in cfg?, how the config turns it on)
+    "lookahead": lambda cfg: (cfg["lookahead"], "'lookahead' = true"),
+    "local-gc": lambda cfg: (cfg["local-gc"] != "none", f"'local-gc' = '{cfg['local-gc']}'"),
+    "global-gc": lambda cfg: (cfg["global-gc"] != "none", f"'global-gc' = '{cfg['global-gc']}'"),
+}
+
+
+def untested_combinations(cfg: dict[str, Any]) -> list[str]:
+    """The combinations of this config that no paper defines (docs/algorithms.md#baselines), one
+    sentence each; a run with 'allow-untested-combinations' = true records them."""
+    rule = SERVER_RULES[cfg["server-rule"]]
+    parts = [CLIENT_PARTS[p] for p in parse_objective(cfg["client-objective"])]
+    found = []
+    for kind, part in [("server-rule", rule)] + [("client part", p) for p in parts]:
+        for switch, why in part.untested.items():
+            on, shown = UNTESTED_SWITCHES[switch](cfg)
+            if on:
+                found.append(f"{shown} with {kind} '{part.name}' is untested: {why}")
+    return found

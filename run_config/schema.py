@@ -101,6 +101,9 @@ KEYS: tuple[Key, ...] = (
     Key("fedopt-tau", float, 1e-3,
         "Adaptivity tau of fedadam/fedyogi/fedadagrad (Flower's FedOpt).",
         "server", low=0.0, low_open=True),
+    Key("allow-untested-combinations", bool, False, "Run a combination of a method with "
+        "look-ahead or GC that no paper defines (docs/baselines.md#combinations); the run folder "
+        "records it as untested.", "server"),
     # --- local update (docs/algorithms.md#local-update) ---
     Key("client-objective", str, "preset", "The client parts (loss terms, gradient corrections) "
         "added to alpha * CE, comma-separated in the order applied; 'none' = plain CE; "

@@ -108,7 +108,10 @@ def mark_running(run_dir: Path, cfg: dict[str, Any], flower_run_id: int | None) 
     old = read_results(run_dir) or {}
     ids = [i for i in old.get("flower-run-ids", []) if i != flower_run_id]
     old_summary = old.get("summary") if isinstance(old.get("summary"), dict) else {}
+    from methods import untested_combinations  # (light: no torch)
+
     results = {"config": cfg, "status": "running", "error": None,
+               "untested-combinations": untested_combinations(cfg),
                "flower-run-id": flower_run_id,
                "flower-run-ids": ids + ([flower_run_id] if flower_run_id is not None else []),
                "started-at": now_iso(), "ended-at": None,

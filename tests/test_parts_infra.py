@@ -1,0 +1,70 @@
+"""What the client parts get from the local update (teacher, per-client state) and the refusal of
+combinations no paper defines (docs/extending.md)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from flwr.app import RecordDict
+from torch import nn
+
+import methods
+from client_app.local_update import LocalConfig, LocalContext, local_update
+from methods.parts import ClientPart, Method
+from run_config import ConfigError, resolve
+
+
+class _Probe(ClientPart):
+    name = "probe-untested"
+    untested = {"lookahead": "no paper combines the probe with a look-ahead broadcast"}
+
+    def begin(self, ctx):
+        self.teacher = ctx.teacher()
+
+
+@pytest.fixture
+def probe():
+    items = (_Probe, Method("probe", "test only", "momentum", ("probe-untested",)))
+    methods.register(*items)
+    yield _Probe
+    methods.unregister(*items)
+
+
+def test_untested_combination_refused_unless_allowed(probe):
+    assert resolve({"method": "probe"})["client-objective"] == "probe-untested"
+    with pytest.raises(ConfigError, match="look-ahead broadcast.*allow-untested-combinations"):
+        resolve({"method": "probe", "lookahead": True, "lam": 0.5})
+    cfg = resolve({"method": "probe", "lookahead": True, "lam": 0.5,
+                   "allow-untested-combinations": True})
+    assert methods.untested_combinations(cfg) == [
+        "'lookahead' = true with client part 'probe-untested' is untested: no paper combines "
+        "the probe with a look-ahead broadcast"]
+    assert methods.untested_combinations(resolve({"method": "probe"})) == []
+
+
+def test_teacher_is_phi_frozen_and_made_once(probe):
+    torch.manual_seed(0)
+    model = nn.Linear(3, 2)
+    phi = {k: v.clone() for k, v in model.state_dict().items()}
+    part = probe({})
+    ctx = LocalContext()
+    local_update(model, torch.randn(8, 3), torch.randint(0, 2, (8,)), LocalConfig(lr=0.5),
+                 parts=[part], ctx=ctx)
+    assert ctx.steps_done == 1
+    assert ctx.teacher() is part.teacher  # the same copy, not a new one of the trained model
+    for k, v in part.teacher.state_dict().items():
+        assert torch.equal(v, phi[k]) and not torch.equal(v, model.state_dict()[k])
+    assert not any(p.requires_grad for p in part.teacher.parameters())
+    late = LocalContext(model=model, steps_done=1)
+    with pytest.raises(RuntimeError, match="begin"):
+        late.teacher()
+
+
+def test_client_state_is_kept_per_partition():
+    state = RecordDict()
+    a, b = LocalContext(state=state, partition_id=3), LocalContext(state=state, partition_id=4)
+    assert a.load_state("c") is None
+    a.save_state("c", {"w": torch.ones(2)})
+    assert b.load_state("c") is None
+    assert torch.equal(LocalContext(state=state, partition_id=3).load_state("c")["w"],
+                       torch.ones(2))
