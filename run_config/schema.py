@@ -135,6 +135,15 @@ KEYS: tuple[Key, ...] = (
         "client", low=0.0),
     Key("device", str, "auto", "Training device of the ClientApp and the server's evaluation.",
         "client", choices=("auto", "cpu", "cuda"), resume_may_differ=True),
+    # --- baselines' knobs (docs/baselines.md): one block per group of methods ---
+    # (local-objective baselines: MOON, FedLC, FedNTD, FedDecorr)
+
+    # (local-objective baselines: FedSOL, FedMLB)
+
+    # (stateful baselines: SCAFFOLD, FedDyn, FedDC)
+
+    # (FedCM, FedVARP, FedPAQ uplink codec)
+
     # --- federation ---
     Key("num-server-rounds", int, 30, "Number of rounds T (with resume: the round to end at).",
         "federation", low=1, resume_may_differ=True),

@@ -15,6 +15,14 @@ TOPICS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
       "aggregation", "beta", "alpha", "local-gc",
       "global-gc", "gc-borderline", "gc-vectors", "fedopt-tau",
       "allow-untested-combinations")),
+    ("Baselines",
+     "The knobs of the baselines the papers compare with ([baselines](baselines.md)).",
+     (  # one line per group of methods
+      # MOON, FedLC, FedNTD, FedDecorr
+      # FedSOL, FedMLB
+      # SCAFFOLD, FedDyn, FedDC
+      # FedCM, FedVARP, FedPAQ
+      )),
     ("Local training",
      "The clients' optimizer ([local update](algorithms.md#local-update)).",
      ("lr", "lr-decay", "local-epochs", "local-iterations", "batch-size", "local-momentum",
