@@ -68,9 +68,9 @@ TESTS: dict[str, list[str]] = {
                     "tests/test_app.py::test_same_seed_samples_the_same_partitions_whatever_the_node_ids",
                     "tests/test_results.py::test_dynamic_clients_train_on_replaced_partitions",
                     "tests/test_results.py::test_without_dynamic_clients_nodes_keep_their_partition"],
-    "methods/": ["tests/test_pins_server.py", "tests/test_pins_client.py", "tests/test_strategy.py",
-                 "tests/test_client.py", "tests/test_config.py", "tests/test_extending.py",
-                 _PINS_APP],
+    "methods/": ["tests/test_pins_methods.py", "tests/test_pins_server.py",
+                 "tests/test_pins_client.py", "tests/test_strategy.py", "tests/test_client.py",
+                 "tests/test_config.py", "tests/test_extending.py", _PINS_APP],
     "client_app/": ["tests/test_pins_client.py", "tests/test_client.py", _PINS_APP],
     "models/centralization.py": ["tests/test_gc.py", "tests/test_pins_client.py",
                                  "tests/test_pins_server.py", "tests/test_client.py", _PINS_APP],
@@ -85,10 +85,31 @@ PRELOAD = ["numpy", "torch", "torch.nn.functional", "flwr.app", "flwr.serverapp"
            "flwr.clientapp", "flwr.serverapp.strategy", "datasets", "flwr_datasets",
            "flwr_datasets.partitioner", "sklearn.datasets", "pytest", "PIL.Image", "hypothesis",
            "matplotlib.pyplot"]
-# The app's packages that neither are mutated nor import a mutated module (checked at start).
+# The app's modules preloaded by the parent; one that imports a mutated package (run_config
+# imports the methods registry) is unloaded again (`preload_unless_it_imports`).
 PRELOAD_APP = ["run_config", "feddata", "feddata.loading", "feddata.partitioners",
                "feddata.disk_cache", "feddata.augment", "feddata.summary", "models",
                "models.evaluation", "models.wire", "reporting.metrics"]
+
+
+def preload_unless_it_imports(name: str, mutated_packages: set[str]) -> None:
+    """Import the app module `name` once in the parent, unless it imports a package under
+    mutation: then every app module that import brought in is removed again (from sys.modules
+    and from its parent package), so each child imports them afresh from its mutated copy."""
+    app_packages = {p.name for p in ROOT.iterdir() if (p / "__init__.py").is_file()}
+    before = set(sys.modules)
+    __import__(name)
+    new = set(sys.modules) - before
+    if not any(n.split(".")[0] in mutated_packages for n in new):
+        return
+    for n in sorted(new, key=len, reverse=True):
+        if n.split(".")[0] not in app_packages:
+            continue  # third-party modules stay loaded: that is the point of preloading
+        module = sys.modules.pop(n)
+        parent_name, _, child = n.rpartition(".")
+        parent = sys.modules.get(parent_name)
+        if parent is not None and getattr(parent, child, None) is module:
+            delattr(parent, child)
 
 
 def warm_up_torch() -> None:
@@ -472,7 +493,7 @@ def main(argv: list[str] | None = None) -> int:
     mutated_packages = {name.split(".")[0] for name in mutated}
     for name in PRELOAD_APP:
         if name.split(".")[0] not in mutated_packages:
-            __import__(name)
+            preload_unless_it_imports(name, mutated_packages)
     early = {name for name in sys.modules if name.split(".")[0] in mutated_packages}
     if early:
         sys.exit(f"mutate: {sorted(early)} (packages holding mutated modules) imported before "

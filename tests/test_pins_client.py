@@ -181,3 +181,19 @@ def test_train_metrics_of_a_single_example():
     assert out["train-acc"] == 1.0
     assert out["train-loss"] == pytest.approx(
         F.cross_entropy(logits[i:i + 1], y[i:i + 1]).item(), rel=1e-6)
+
+
+def test_the_proximal_part_with_beta_zero_is_plain_sgd():
+    """client-objective 'proximal' with beta = 0 (e.g. fedacg with beta overridden to 0): one
+    full-batch step is w - lr * grad CE(w), by hand."""
+    from client_app.local_update import LocalConfig, local_update
+    from methods.fedprox import ProximalTerm
+
+    x, y = data()
+    net = tiny_net()
+    w = [p.detach().clone().requires_grad_(True) for p in net.parameters()]
+    ce = F.cross_entropy(torch.relu(x @ w[0].T + w[1]) @ w[2].T + w[3], y)
+    expected = [wi - LR * gi for wi, gi in zip(w, torch.autograd.grad(ce, w))]
+    local_update(net, x, y, LocalConfig(lr=LR, local_iterations=1, batch_size=len(y)),
+                 parts=[ProximalTerm({"beta": 0.0})])
+    assert all(torch.allclose(p.detach(), e, atol=1e-6) for p, e in zip(net.parameters(), expected))
