@@ -56,6 +56,16 @@ _PINS_APP = "tests/test_pins_app.py"
 TESTS: dict[str, list[str]] = {
     "strategies/server_update.py": ["tests/test_pins_server.py", "tests/test_strategy.py",
                                     _PINS_APP],
+    "strategies/robust.py": ["tests/test_robust.py", "tests/test_pins_server.py",
+                             "tests/test_strategy.py", "tests/test_bad_replies.py", _PINS_APP],
+    "strategies/nodes.py": ["tests/test_node_identity.py", "tests/test_pins_server.py",
+                            "tests/test_strategy.py", "tests/test_bad_replies.py", _PINS_APP,
+                            "tests/test_app.py::test_same_seed_samples_the_same_partitions_"
+                            "whatever_the_node_ids",
+                            "tests/test_results.py::test_dynamic_clients_train_on_replaced_"
+                            "partitions",
+                            "tests/test_results.py::test_without_dynamic_clients_nodes_keep_"
+                            "their_partition"],
     "strategies/reply_screen.py": ["tests/test_pins_server.py", "tests/test_bad_replies.py"],
     "strategies/factory.py": [
         "tests/test_pins_server.py", _PINS_APP, "tests/test_bad_replies.py",
@@ -74,8 +84,9 @@ TESTS: dict[str, list[str]] = {
     "client_app/": ["tests/test_pins_client.py", "tests/test_client.py", _PINS_APP],
     "models/centralization.py": ["tests/test_gc.py", "tests/test_pins_client.py",
                                  "tests/test_pins_server.py", "tests/test_client.py", _PINS_APP],
-    "server_app/checkpoint.py": [f"{_PINS_APP}::test_resume_restores_the_process_rng_states",
-                                 "tests/test_checkpoint.py"],
+    "server_app/checkpoint.py": [
+        f"{_PINS_APP}::test_resume_restores_the_process_rng_states", "tests/test_checkpoint.py",
+        "tests/test_runs.py::test_resume_latest_takes_only_the_same_run_name_or_refuses"],
     "": ["tests/test_pins_client.py", "tests/test_pins_server.py", "tests/test_gc.py",
          "tests/test_strategy.py", "tests/test_client.py", _PINS_APP],
 }

@@ -183,17 +183,32 @@ def test_train_metrics_of_a_single_example():
         F.cross_entropy(logits[i:i + 1], y[i:i + 1]).item(), rel=1e-6)
 
 
-def test_the_proximal_part_with_beta_zero_is_plain_sgd():
-    """client-objective 'proximal' with beta = 0 (e.g. fedacg with beta overridden to 0): one
-    full-batch step is w - lr * grad CE(w), by hand."""
+@pytest.mark.parametrize("beta", [0.0, 0.5])
+def test_the_proximal_part_at_small_beta_and_at_zero(beta):
+    """client-objective 'proximal' with beta <= 1 (0: e.g. fedacg with beta overridden to 0):
+    two full-batch steps of w - lr * (grad CE(w) + beta * (w - phi)), by hand."""
     from client_app.local_update import LocalConfig, local_update
     from methods.fedprox import ProximalTerm
 
     x, y = data()
     net = tiny_net()
-    w = [p.detach().clone().requires_grad_(True) for p in net.parameters()]
-    ce = F.cross_entropy(torch.relu(x @ w[0].T + w[1]) @ w[2].T + w[3], y)
-    expected = [wi - LR * gi for wi, gi in zip(w, torch.autograd.grad(ce, w))]
-    local_update(net, x, y, LocalConfig(lr=LR, local_iterations=1, batch_size=len(y)),
-                 parts=[ProximalTerm({"beta": 0.0})])
-    assert all(torch.allclose(p.detach(), e, atol=1e-6) for p, e in zip(net.parameters(), expected))
+    phi = [p.detach().clone() for p in net.parameters()]
+    w = [t.clone() for t in phi]
+    for _ in range(2):
+        leaves = [t.clone().requires_grad_(True) for t in w]
+        ce = F.cross_entropy(torch.relu(x @ leaves[0].T + leaves[1]) @ leaves[2].T + leaves[3], y)
+        grads = torch.autograd.grad(ce, leaves)
+        w = [wi - LR * (gi + beta * (wi - p)) for wi, gi, p in zip(w, grads, phi)]
+    local_update(net, x, y, LocalConfig(lr=LR, local_iterations=2, batch_size=len(y)),
+                 parts=[ProximalTerm({"beta": beta})])
+    assert all(torch.allclose(p.detach(), e, atol=1e-6) for p, e in zip(net.parameters(), w))
+
+
+def test_gc_leaves_scalars_alone_and_vectors_as_gc_vectors_says():
+    """P: a 0-d tensor is left alone; a vector is centred ('center') or left alone ('skip')."""
+    from models.centralization import centralize_
+
+    for vectors in ("center", "skip"):
+        assert centralize_(torch.tensor(3.0), vectors).item() == 3.0
+    assert centralize_(torch.tensor([1.0, 2.0, 6.0]), "center").tolist() == [-2.0, -1.0, 3.0]
+    assert centralize_(torch.tensor([1.0, 2.0, 6.0]), "skip").tolist() == [1.0, 2.0, 6.0]

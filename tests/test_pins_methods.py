@@ -105,3 +105,40 @@ def test_the_log_describes_each_server_rule_with_its_settings():
         name = "plain-rule"
 
     assert PlainRule({}, None).describe() == "plain-rule"
+
+
+@pytest.fixture
+def median_method():
+    """tests/median_method.py (a rule that sends and needs records, a part with client state),
+    registered for this test only."""
+    import methods
+    import median_method as module  # registers it on first import
+
+    methods.register(*module.ITEMS)
+    yield module
+    methods.unregister(*module.ITEMS)
+
+
+def test_parts_that_miss_each_others_records_or_keep_client_state_are_refused(median_method):
+    from run_config import ConfigError
+
+    resolve({"method": "median-anchor"})
+    with pytest.raises(ConfigError, match="client part 'anchor-pull' needs the record 'anchor' "
+                                          "from the server, and server-rule 'momentum'"):
+        resolve({"method": "fedavg", "client-objective": "anchor-pull"})
+    with pytest.raises(ConfigError, match="server-rule 'coordinate-median' needs the record "
+                                          "'drift' in every reply"):
+        resolve({"method": "median-anchor", "client-objective": "none"})
+    with pytest.raises(ConfigError, match="resume cannot be combined with client part "
+                                          "'anchor-pull'"):
+        resolve({"method": "median-anchor", "resume": "latest"})
+
+
+def test_server_momentum_lam_is_below_one():
+    from methods.momentum import MomentumRule
+
+    MomentumRule.with_values(lam=0.0)
+    MomentumRule.with_values(lam=0.999)
+    for lam in (1.0, -0.1):
+        with pytest.raises(ValueError, match=r"lam must be in \[0, 1\)"):
+            MomentumRule.with_values(lam=lam)

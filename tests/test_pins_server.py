@@ -255,3 +255,85 @@ def test_every_strategy_gives_up_waiting_for_nodes_after_node_wait_timeout(metho
         run_strategy(strategy, answering(states(1, 3), [1, 1, 1]), states(0, 1)[0], rounds=1,
                      num_nodes=3)
     assert time.monotonic() - t0 < 30
+
+
+# --- screening helpers, each against hand-worked numbers --------------------------------------
+
+
+def _good(models: list[dict], sizes: list[float]):
+    """Screened good replies: (a stand-in message with a node id, the model, its weight)."""
+    from types import SimpleNamespace
+
+    from strategies.reply_screen import Screened
+
+    items = [(SimpleNamespace(metadata=SimpleNamespace(src_node_id=i)), m, float(n))
+             for i, (m, n) in enumerate(zip(models, sizes))]
+    return Screened(good=items, counts={"replies": len(items), "errors": 0, "timeouts": 0,
+                                        "dropped": 0})
+
+
+def test_influence_limits_at_ratio_one_with_three_and_two_replies():
+    """Update norms 1, 3, 2 (median 2) under update-norm-ratio 1: the norm-3 update is dropped;
+    the two left claim 10 and 20 examples (median 15) under weight-ratio 1: 20 is cut to 15.
+    With two replies alone, norms 1 and 3 (median 2): the norm-3 update is dropped."""
+    from strategies.reply_screen import limit_influence
+
+    phi = {"w": torch.zeros(2)}
+    models = [{"w": torch.tensor([1.0, 0.0])}, {"w": torch.tensor([0.0, 3.0])},
+              {"w": torch.tensor([0.0, -2.0])}]
+    screened = _good(models, [10, 100, 20])
+    assert limit_influence(1, screened, phi, 1.0, 1.0, str) is screened
+    assert [(m, n) for _, m, n in screened.good] == [(models[0], 10.0), (models[2], 15.0)]
+    assert screened.counts == {"replies": 2, "errors": 0, "timeouts": 0, "dropped": 1,
+                               "dropped-outlier": 1, "capped-weight": 1}
+    two = _good(models[:2], [10, 10])
+    limit_influence(1, two, phi, 1.0, 0.0, str)
+    assert [m for _, m, _ in two.good] == [models[0]] and two.counts["dropped-outlier"] == 1
+
+
+def test_influence_limits_of_zero_are_off():
+    from strategies.reply_screen import limit_influence
+
+    phi = {"w": torch.zeros(2)}
+    models = [{"w": torch.tensor([1.0, 0.0])}, {"w": torch.tensor([0.0, 1e6])}]
+    screened = limit_influence(1, _good(models, [1, 1e9]), phi, 0.0, 0.0, str)
+    assert [n for _, _, n in screened.good] == [1.0, 1e9] and screened.counts["dropped"] == 0
+    assert "capped-weight" not in screened.counts
+
+
+def test_error_reasons_are_shortened_to_their_last_line():
+    from strategies.reply_screen import short_reason
+
+    trace = "Traceback (most recent call last):\n  File 'x.py', line 1\nValueError: bad\n\n"
+    assert short_reason(trace) == "ValueError: bad"
+    assert short_reason("") == short_reason(" \n ") == "(no reason given)"
+    assert short_reason("x" * 400) == "x" * 300
+
+
+def test_node_reports_are_screened():
+    """Valid reports say 3 partitions twice and 4 once: 3 is taken (the majority) unless the
+    number is known already; out-of-range and non-integer reports are refused with why."""
+    from strategies.reply_screen import screen_node_reports
+
+    reports = {1: (0, 3), 2: (1, 3), 3: (2, 4), 4: (5, 3), 5: (True, 3), 6: (0, 0)}
+    accepted, slots, refused = screen_node_reports(reports)
+    assert (accepted, slots, sorted(refused)) == ({1: 0, 2: 1}, 3, [3, 4, 5, 6])
+    assert refused[3] == "num-partitions = 4, the other nodes say 3"
+    assert refused[4] == "partition-id = 5 is outside [0, num-partitions = 3)"
+    assert refused[5] == "partition-id = True is not an integer"
+    assert refused[6] == "num-partitions = 0 is outside [1, 1000000]"
+    accepted, slots, refused = screen_node_reports(reports, num_slots=4)
+    assert (accepted, slots, sorted(refused)) == ({3: 2}, 4, [1, 2, 4, 5, 6])
+
+
+def test_bulyan_needs_four_f_plus_three_updates():
+    """Bulyan with f = 1 needs n >= 7: with 6 the round is skipped (a reason), and the rule
+    itself refuses; the other aggregators need no minimum."""
+    from strategies.robust import RobustConfig, TooFewUpdates, bulyan, too_few
+
+    assert "at least 7 good replies, got 6" in too_few(RobustConfig("bulyan", num_malicious=1), 6)
+    assert too_few(RobustConfig("bulyan", num_malicious=1), 7) is None
+    assert too_few(RobustConfig("mean"), 1) is None and too_few(RobustConfig("median"), 2) is None
+    phi = {"w": torch.zeros(2)}
+    with pytest.raises(TooFewUpdates, match="at least 7 updates, got 6"):
+        bulyan(phi, [{"w": torch.full((2,), float(i))} for i in range(6)], 1)
