@@ -58,7 +58,9 @@ TESTS: dict[str, list[str]] = {
                                     _PINS_APP],
     "strategies/robust.py": ["tests/test_robust.py", "tests/test_pins_server.py",
                              "tests/test_strategy.py", "tests/test_bad_replies.py", _PINS_APP],
-    "strategies/nodes.py": ["tests/test_node_identity.py", "tests/test_pins_server.py",
+    "strategies/nodes.py": ["tests/test_node_identity.py",
+                            "tests/test_bad_inputs.py::test_bad_node_reports_are_refused_and_"
+                            "the_run_goes_on", "tests/test_pins_server.py",
                             "tests/test_strategy.py", "tests/test_bad_replies.py", _PINS_APP,
                             "tests/test_app.py::test_same_seed_samples_the_same_partitions_"
                             "whatever_the_node_ids",
@@ -66,6 +68,11 @@ TESTS: dict[str, list[str]] = {
                             "partitions",
                             "tests/test_results.py::test_without_dynamic_clients_nodes_keep_"
                             "their_partition"],
+    "strategies/round_loop.py": [
+        "tests/test_pins_server.py", "tests/test_strategy.py", "tests/test_bad_replies.py",
+        _PINS_APP, "tests/test_checkpoint.py",
+        "tests/test_app.py::test_same_seed_samples_the_same_partitions_whatever_the_node_ids",
+        "tests/test_extending.py"],  # a method's extra records, down and up
     "strategies/reply_screen.py": ["tests/test_pins_server.py", "tests/test_bad_replies.py"],
     "strategies/factory.py": [
         "tests/test_pins_server.py", _PINS_APP, "tests/test_bad_replies.py",
@@ -85,6 +92,7 @@ TESTS: dict[str, list[str]] = {
     "models/centralization.py": ["tests/test_gc.py", "tests/test_pins_client.py",
                                  "tests/test_pins_server.py", "tests/test_client.py", _PINS_APP],
     "server_app/checkpoint.py": [
+        f"{_PINS_APP}::test_a_checkpoint_lacking_one_part_is_refused",
         f"{_PINS_APP}::test_resume_restores_the_process_rng_states", "tests/test_checkpoint.py",
         "tests/test_runs.py::test_resume_latest_takes_only_the_same_run_name_or_refuses"],
     "": ["tests/test_pins_client.py", "tests/test_pins_server.py", "tests/test_gc.py",

@@ -337,3 +337,77 @@ def test_bulyan_needs_four_f_plus_three_updates():
     phi = {"w": torch.zeros(2)}
     with pytest.raises(TooFewUpdates, match="at least 7 updates, got 6"):
         bulyan(phi, [{"w": torch.full((2,), float(i))} for i in range(6)], 1)
+
+
+def test_trimmed_mean_trims_less_than_half_and_dp_clipping_keeps_a_zero_update():
+    from strategies.robust import RobustConfig, clip_update_
+
+    RobustConfig("trimmed-mean", trim=0.0)
+    RobustConfig("trimmed-mean", trim=0.49)
+    for trim in (0.5, -0.1):
+        with pytest.raises(ValueError, match=r"trim must be in \[0, 0.5\)"):
+            RobustConfig("trimmed-mean", trim=trim)
+    phi = {"w": torch.tensor([1.0, 2.0]), "step": torch.tensor(4)}
+    assert clip_update_(dict(phi), phi, 1.0)["w"].tolist() == [1.0, 2.0]  # ||u|| = 0: kept
+    moved = clip_update_({"w": torch.tensor([4.0, 6.0]), "step": torch.tensor(4)}, phi, 1.0)
+    assert torch.allclose(moved["w"], torch.tensor([1.6, 2.8]))  # u = (3, 4) -> (0.6, 0.8)
+
+
+def test_flower_sampling_takes_its_share_of_the_nodes():
+    """A Flower-sampled rule (fedyogi) with fraction-train 0.5 of 6 nodes trains 3 a round."""
+    strategy = strategy_from_config({"method": "fedyogi", "fraction-train": 0.5,
+                                     "min-train-nodes": 2, "fraction-evaluate": 0.0})
+    grid = fakegrid.FakeGrid(6, answering(states(1, 6), [1] * 6))
+    run_strategy_result(strategy, None, states(0, 1)[0], rounds=2, num_nodes=6, grid=grid)
+    assert [len(sent) for sent in grid.sent if sent] == [3, 3]
+
+
+def test_replies_without_the_rules_records_are_dropped_and_counted():
+    """A rule that needs a record in every reply (tests/median_method.py: 'drift'): of 4
+    replies, the 2 without it are dropped (counted as dropped-payload), and theta is the
+    coordinate median of the other 2 (torch's: the lower of the two values)."""
+    import methods
+    import median_method
+
+    methods.register(*median_method.ITEMS)
+    try:
+        strategy = strategy_from_config({"method": "median-anchor", "fraction-train": 1.0,
+                                         "min-train-nodes": 4, "fraction-evaluate": 0.0},
+                                        model=torch.nn.Linear(4, 3))
+    finally:
+        methods.unregister(*median_method.ITEMS)
+    models = states(1, 4)
+
+    def handler(i, msg):
+        if is_query(msg):
+            return partition_reply(i, 4)
+        reply = make_reply(models[i], 10)
+        if i < 2:
+            reply["drift"] = ArrayRecord({"drift": torch.tensor([0.5])})
+        return reply
+
+    result = run_strategy_result(strategy, handler, states(0, 1)[0], rounds=1, num_nodes=4)
+    metrics = result.train_metrics_clientapp[1]
+    assert (metrics["replies"], metrics["dropped"], metrics["dropped-payload"]) == (2, 2, 2)
+    theta = result.arrays.to_torch_state_dict()
+    assert all(torch.equal(theta[k], torch.minimum(models[0][k], models[1][k])) for k in theta)
+
+
+def test_simulated_slots_follow_the_nodes_connected_each_round():
+    """Simulated nodes: slot p is the p-th connected node by id in every round; when the node
+    ids change, the train messages name the partitions by the new order."""
+    from flwr.app import ConfigRecord, RecordDict
+
+    def handler(i, msg):
+        assert is_query(msg)
+        return RecordDict({"metrics": MetricRecord({"partition-id": i, "num-partitions": 4,
+                                                    "simulated": 1})})
+
+    grid = fakegrid.FakeGrid(4, handler)
+    strategy = lookahead_strategy(identify_nodes=True, fraction_train=1.0, min_train_nodes=4)
+    arrays = ArrayRecord({"w": torch.zeros(2)})
+    for server_round, ids in ((1, [40, 10, 30, 20]), (2, [40, 5, 30, 20])):
+        grid.node_ids = ids
+        messages = strategy.configure_train(server_round, arrays, ConfigRecord(), grid)
+        named = {m.metadata.dst_node_id: m.content["config"]["partition-id"] for m in messages}
+        assert named == {n: p for p, n in enumerate(sorted(ids))}
