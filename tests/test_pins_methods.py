@@ -142,3 +142,16 @@ def test_server_momentum_lam_is_below_one():
     for lam in (1.0, -0.1):
         with pytest.raises(ValueError, match=r"lam must be in \[0, 1\)"):
             MomentumRule.with_values(lam=lam)
+
+
+def test_a_part_says_which_hooks_it_overrides():
+    from methods import ClientPart
+
+    class LossOnly(ClientPart):
+        name = "loss-only"
+
+        def loss(self, ctx, logits, x, y):
+            return None
+
+    assert LossOnly.has("loss")
+    assert not any(LossOnly.has(h) for h in ("begin", "correct_grad_", "end"))

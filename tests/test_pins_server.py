@@ -411,3 +411,32 @@ def test_simulated_slots_follow_the_nodes_connected_each_round():
         messages = strategy.configure_train(server_round, arrays, ConfigRecord(), grid)
         named = {m.metadata.dst_node_id: m.content["config"]["partition-id"] for m in messages}
         assert named == {n: p for p, n in enumerate(sorted(ids))}
+
+
+def test_client_metrics_that_cannot_be_aggregated_do_not_stop_the_round():
+    """Flower cannot average list metrics of different lengths: the round still aggregates
+    the models (theta = their mean), and its train metrics hold the server's counts alone."""
+    models = states(2, 2)
+
+    def handler(i, msg):
+        if is_query(msg):
+            return partition_reply(i, 2)
+        reply = make_reply(models[i], 5)
+        reply["metrics"]["v"] = [1.0, 2.0][: i + 1]
+        return reply
+
+    strategy = lookahead_strategy(fraction_train=1.0, min_train_nodes=2)
+    result = run_strategy_result(strategy, handler, states(0, 1)[0], rounds=1, num_nodes=2)
+    metrics = result.train_metrics_clientapp[1]
+    assert "v" not in metrics and (metrics["replies"], metrics["skipped"]) == (2, 0)
+    theta = result.arrays.to_torch_state_dict()
+    assert all(torch.allclose(theta[k], (models[0][k] + models[1][k]) / 2) for k in theta)
+
+
+def test_no_client_metrics_give_an_empty_record():
+    from strategies.round_loop import safe_metrics
+
+    def never(contents, key):
+        raise AssertionError("not called without replies")
+
+    assert safe_metrics(never, [], "num-examples") == MetricRecord()
