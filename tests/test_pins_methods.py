@@ -105,6 +105,7 @@ def test_the_log_describes_each_server_rule_with_its_settings():
         name = "plain-rule"
 
     assert PlainRule({}, None).describe() == "plain-rule"
+    assert PlainRule({}, None).state_dict() == {}  # a rule without state: nothing to save
 
 
 @pytest.fixture

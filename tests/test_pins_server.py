@@ -440,3 +440,20 @@ def test_no_client_metrics_give_an_empty_record():
         raise AssertionError("not called without replies")
 
     assert safe_metrics(never, [], "num-examples") == MetricRecord()
+
+
+def test_a_repeated_reply_is_dropped_once_and_counted():
+    """Node 1's reply arrives twice: the copy is dropped (dropped 1, dropped-duplicate 1) and
+    theta is the mean of the 2 replies, node 1's counted once (weights 1 and 3: not 1 and 6)."""
+    from attacks import DuplicatingGrid
+
+    models = states(3, 2)
+    grid = DuplicatingGrid(2, answering(models, [1, 3]))
+    grid.twice = {1}
+    strategy = lookahead_strategy(fraction_train=1.0, min_train_nodes=2)
+    result = run_strategy_result(strategy, None, states(0, 1)[0], rounds=1, num_nodes=2,
+                                 grid=grid)
+    metrics = result.train_metrics_clientapp[1]
+    assert (metrics["replies"], metrics["dropped"], metrics["dropped-duplicate"]) == (2, 1, 1)
+    theta = result.arrays.to_torch_state_dict()
+    assert all(torch.allclose(theta[k], (models[0][k] + 3 * models[1][k]) / 4) for k in theta)
