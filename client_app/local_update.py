@@ -140,7 +140,9 @@ def local_update(
     seen = 0
     steps = cfg.num_steps(len(y))
     for idx in batches(len(y), cfg.batch_size, steps, generator):
-        xb, yb = x[idx].to(device, non_blocking=True), y[idx].to(device, non_blocking=True)
+        # non_blocking changes when the copy happens, never the values: not mutated
+        xb = x[idx].to(device, non_blocking=True)  # pragma: no mutate
+        yb = y[idx].to(device, non_blocking=True)  # pragma: no mutate
         if transform is not None:
             xb = transform(xb, generator)
         logits = model(xb)

@@ -172,7 +172,7 @@ class MethodStrategy(RoundConfig, FedAvg):
                                      self._construct)
         log(INFO, "configure_train: sampled %d nodes (partitions %s)", len(node_ids),
             [self.nodes.partition_of.get(n, f"node {n}") for n in node_ids])
-        if len(node_ids) < self.min_train_clients:
+        if len(node_ids) < self.min_train_clients:  # pragma: no mutate (it only logs)
             log(WARNING, "round %d: %d nodes sampled but min-train-clients = %d: the round will "
                 "be skipped", server_round, len(node_ids), self.min_train_clients)
         record = RecordDict({self.arrayrecord_key: payload,

@@ -56,6 +56,23 @@ _PINS_APP = "tests/test_pins_app.py"
 TESTS: dict[str, list[str]] = {
     "strategies/server_update.py": ["tests/test_pins_server.py", "tests/test_strategy.py",
                                     _PINS_APP],
+    "strategies/robust.py": ["tests/test_robust.py", "tests/test_pins_server.py",
+                             "tests/test_strategy.py", "tests/test_bad_replies.py", _PINS_APP],
+    "strategies/nodes.py": ["tests/test_node_identity.py",
+                            "tests/test_bad_inputs.py::test_bad_node_reports_are_refused_and_"
+                            "the_run_goes_on", "tests/test_pins_server.py",
+                            "tests/test_strategy.py", "tests/test_bad_replies.py", _PINS_APP,
+                            "tests/test_app.py::test_same_seed_samples_the_same_partitions_"
+                            "whatever_the_node_ids",
+                            "tests/test_results.py::test_dynamic_clients_train_on_replaced_"
+                            "partitions",
+                            "tests/test_results.py::test_without_dynamic_clients_nodes_keep_"
+                            "their_partition"],
+    "strategies/round_loop.py": [
+        "tests/test_pins_server.py", "tests/test_strategy.py", "tests/test_bad_replies.py",
+        _PINS_APP, "tests/test_checkpoint.py",
+        "tests/test_app.py::test_same_seed_samples_the_same_partitions_whatever_the_node_ids",
+        "tests/test_extending.py"],  # a method's extra records, down and up
     "strategies/reply_screen.py": ["tests/test_pins_server.py", "tests/test_bad_replies.py"],
     "strategies/factory.py": [
         "tests/test_pins_server.py", _PINS_APP, "tests/test_bad_replies.py",
@@ -68,14 +85,16 @@ TESTS: dict[str, list[str]] = {
                     "tests/test_app.py::test_same_seed_samples_the_same_partitions_whatever_the_node_ids",
                     "tests/test_results.py::test_dynamic_clients_train_on_replaced_partitions",
                     "tests/test_results.py::test_without_dynamic_clients_nodes_keep_their_partition"],
-    "methods/": ["tests/test_pins_server.py", "tests/test_pins_client.py", "tests/test_strategy.py",
-                 "tests/test_client.py", "tests/test_config.py", "tests/test_extending.py",
-                 _PINS_APP],
+    "methods/": ["tests/test_pins_methods.py", "tests/test_pins_server.py",
+                 "tests/test_pins_client.py", "tests/test_strategy.py", "tests/test_client.py",
+                 "tests/test_config.py", "tests/test_extending.py", _PINS_APP],
     "client_app/": ["tests/test_pins_client.py", "tests/test_client.py", _PINS_APP],
     "models/centralization.py": ["tests/test_gc.py", "tests/test_pins_client.py",
                                  "tests/test_pins_server.py", "tests/test_client.py", _PINS_APP],
-    "server_app/checkpoint.py": [f"{_PINS_APP}::test_resume_restores_the_process_rng_states",
-                                 "tests/test_checkpoint.py"],
+    "server_app/checkpoint.py": [
+        f"{_PINS_APP}::test_a_checkpoint_lacking_one_part_is_refused",
+        f"{_PINS_APP}::test_resume_restores_the_process_rng_states", "tests/test_checkpoint.py",
+        "tests/test_runs.py::test_resume_latest_takes_only_the_same_run_name_or_refuses"],
     "": ["tests/test_pins_client.py", "tests/test_pins_server.py", "tests/test_gc.py",
          "tests/test_strategy.py", "tests/test_client.py", _PINS_APP],
 }
@@ -85,10 +104,31 @@ PRELOAD = ["numpy", "torch", "torch.nn.functional", "flwr.app", "flwr.serverapp"
            "flwr.clientapp", "flwr.serverapp.strategy", "datasets", "flwr_datasets",
            "flwr_datasets.partitioner", "sklearn.datasets", "pytest", "PIL.Image", "hypothesis",
            "matplotlib.pyplot"]
-# The app's packages that neither are mutated nor import a mutated module (checked at start).
+# The app's modules preloaded by the parent; one that imports a mutated package (run_config
+# imports the methods registry) is unloaded again (`preload_unless_it_imports`).
 PRELOAD_APP = ["run_config", "feddata", "feddata.loading", "feddata.partitioners",
                "feddata.disk_cache", "feddata.augment", "feddata.summary", "models",
                "models.evaluation", "models.wire", "reporting.metrics"]
+
+
+def preload_unless_it_imports(name: str, mutated_packages: set[str]) -> None:
+    """Import the app module `name` once in the parent, unless it imports a package under
+    mutation: then every app module that import brought in is removed again (from sys.modules
+    and from its parent package), so each child imports them afresh from its mutated copy."""
+    app_packages = {p.name for p in ROOT.iterdir() if (p / "__init__.py").is_file()}
+    before = set(sys.modules)
+    __import__(name)
+    new = set(sys.modules) - before
+    if not any(n.split(".")[0] in mutated_packages for n in new):
+        return
+    for n in sorted(new, key=len, reverse=True):
+        if n.split(".")[0] not in app_packages:
+            continue  # third-party modules stay loaded: that is the point of preloading
+        module = sys.modules.pop(n)
+        parent_name, _, child = n.rpartition(".")
+        parent = sys.modules.get(parent_name)
+        if parent is not None and getattr(parent, child, None) is module:
+            delattr(parent, child)
 
 
 def warm_up_torch() -> None:
@@ -472,7 +512,7 @@ def main(argv: list[str] | None = None) -> int:
     mutated_packages = {name.split(".")[0] for name in mutated}
     for name in PRELOAD_APP:
         if name.split(".")[0] not in mutated_packages:
-            __import__(name)
+            preload_unless_it_imports(name, mutated_packages)
     early = {name for name in sys.modules if name.split(".")[0] in mutated_packages}
     if early:
         sys.exit(f"mutate: {sorted(early)} (packages holding mutated modules) imported before "

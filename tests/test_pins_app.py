@@ -221,3 +221,13 @@ def test_checkpoints_are_format_1_and_other_formats_are_refused(tmp_path):
         else:
             with pytest.raises(checkpoint_error(), match=f"checkpoint format {fmt}"):
                 read_checkpoint(path)
+
+
+def test_a_checkpoint_lacking_one_part_is_refused(tmp_path):
+    """Every part of a checkpoint (format, round, config, strategy, rng, rows) must be there."""
+    full = {"format": 1, "round": 2, "config": {}, "strategy": {}, "rng": {}, "rows": []}
+    assert read_checkpoint(save_checkpoint_file(tmp_path, full))["round"] == 2
+    for part in full:
+        path = save_checkpoint_file(tmp_path, {k: v for k, v in full.items() if k != part})
+        with pytest.raises(checkpoint_error(), match=rf"lacks \['{part}'\]"):
+            read_checkpoint(path)

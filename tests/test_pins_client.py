@@ -181,3 +181,34 @@ def test_train_metrics_of_a_single_example():
     assert out["train-acc"] == 1.0
     assert out["train-loss"] == pytest.approx(
         F.cross_entropy(logits[i:i + 1], y[i:i + 1]).item(), rel=1e-6)
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.5])
+def test_the_proximal_part_at_small_beta_and_at_zero(beta):
+    """client-objective 'proximal' with beta <= 1 (0: e.g. fedacg with beta overridden to 0):
+    two full-batch steps of w - lr * (grad CE(w) + beta * (w - phi)), by hand."""
+    from client_app.local_update import LocalConfig, local_update
+    from methods.fedprox import ProximalTerm
+
+    x, y = data()
+    net = tiny_net()
+    phi = [p.detach().clone() for p in net.parameters()]
+    w = [t.clone() for t in phi]
+    for _ in range(2):
+        leaves = [t.clone().requires_grad_(True) for t in w]
+        ce = F.cross_entropy(torch.relu(x @ leaves[0].T + leaves[1]) @ leaves[2].T + leaves[3], y)
+        grads = torch.autograd.grad(ce, leaves)
+        w = [wi - LR * (gi + beta * (wi - p)) for wi, gi, p in zip(w, grads, phi)]
+    local_update(net, x, y, LocalConfig(lr=LR, local_iterations=2, batch_size=len(y)),
+                 parts=[ProximalTerm({"beta": beta})])
+    assert all(torch.allclose(p.detach(), e, atol=1e-6) for p, e in zip(net.parameters(), w))
+
+
+def test_gc_leaves_scalars_alone_and_vectors_as_gc_vectors_says():
+    """P: a 0-d tensor is left alone; a vector is centred ('center') or left alone ('skip')."""
+    from models.centralization import centralize_
+
+    for vectors in ("center", "skip"):
+        assert centralize_(torch.tensor(3.0), vectors).item() == 3.0
+    assert centralize_(torch.tensor([1.0, 2.0, 6.0]), "center").tolist() == [-2.0, -1.0, 3.0]
+    assert centralize_(torch.tensor([1.0, 2.0, 6.0]), "skip").tolist() == [1.0, 2.0, 6.0]

@@ -255,3 +255,205 @@ def test_every_strategy_gives_up_waiting_for_nodes_after_node_wait_timeout(metho
         run_strategy(strategy, answering(states(1, 3), [1, 1, 1]), states(0, 1)[0], rounds=1,
                      num_nodes=3)
     assert time.monotonic() - t0 < 30
+
+
+# --- screening helpers, each against hand-worked numbers --------------------------------------
+
+
+def _good(models: list[dict], sizes: list[float]):
+    """Screened good replies: (a stand-in message with a node id, the model, its weight)."""
+    from types import SimpleNamespace
+
+    from strategies.reply_screen import Screened
+
+    items = [(SimpleNamespace(metadata=SimpleNamespace(src_node_id=i)), m, float(n))
+             for i, (m, n) in enumerate(zip(models, sizes))]
+    return Screened(good=items, counts={"replies": len(items), "errors": 0, "timeouts": 0,
+                                        "dropped": 0})
+
+
+def test_influence_limits_at_ratio_one_with_three_and_two_replies():
+    """Update norms 1, 3, 2 (median 2) under update-norm-ratio 1: the norm-3 update is dropped;
+    the two left claim 10 and 20 examples (median 15) under weight-ratio 1: 20 is cut to 15.
+    With two replies alone, norms 1 and 3 (median 2): the norm-3 update is dropped."""
+    from strategies.reply_screen import limit_influence
+
+    phi = {"w": torch.zeros(2)}
+    models = [{"w": torch.tensor([1.0, 0.0])}, {"w": torch.tensor([0.0, 3.0])},
+              {"w": torch.tensor([0.0, -2.0])}]
+    screened = _good(models, [10, 100, 20])
+    assert limit_influence(1, screened, phi, 1.0, 1.0, str) is screened
+    assert [(m, n) for _, m, n in screened.good] == [(models[0], 10.0), (models[2], 15.0)]
+    assert screened.counts == {"replies": 2, "errors": 0, "timeouts": 0, "dropped": 1,
+                               "dropped-outlier": 1, "capped-weight": 1}
+    two = _good(models[:2], [10, 10])
+    limit_influence(1, two, phi, 1.0, 0.0, str)
+    assert [m for _, m, _ in two.good] == [models[0]] and two.counts["dropped-outlier"] == 1
+
+
+def test_influence_limits_of_zero_are_off():
+    from strategies.reply_screen import limit_influence
+
+    phi = {"w": torch.zeros(2)}
+    models = [{"w": torch.tensor([1.0, 0.0])}, {"w": torch.tensor([0.0, 1e6])}]
+    screened = limit_influence(1, _good(models, [1, 1e9]), phi, 0.0, 0.0, str)
+    assert [n for _, _, n in screened.good] == [1.0, 1e9] and screened.counts["dropped"] == 0
+    assert "capped-weight" not in screened.counts
+
+
+def test_error_reasons_are_shortened_to_their_last_line():
+    from strategies.reply_screen import short_reason
+
+    trace = "Traceback (most recent call last):\n  File 'x.py', line 1\nValueError: bad\n\n"
+    assert short_reason(trace) == "ValueError: bad"
+    assert short_reason("") == short_reason(" \n ") == "(no reason given)"
+    assert short_reason("x" * 400) == "x" * 300
+
+
+def test_node_reports_are_screened():
+    """Valid reports say 3 partitions twice and 4 once: 3 is taken (the majority) unless the
+    number is known already; out-of-range and non-integer reports are refused with why."""
+    from strategies.reply_screen import screen_node_reports
+
+    reports = {1: (0, 3), 2: (1, 3), 3: (2, 4), 4: (5, 3), 5: (True, 3), 6: (0, 0)}
+    accepted, slots, refused = screen_node_reports(reports)
+    assert (accepted, slots, sorted(refused)) == ({1: 0, 2: 1}, 3, [3, 4, 5, 6])
+    assert refused[3] == "num-partitions = 4, the other nodes say 3"
+    assert refused[4] == "partition-id = 5 is outside [0, num-partitions = 3)"
+    assert refused[5] == "partition-id = True is not an integer"
+    assert refused[6] == "num-partitions = 0 is outside [1, 1000000]"
+    accepted, slots, refused = screen_node_reports(reports, num_slots=4)
+    assert (accepted, slots, sorted(refused)) == ({3: 2}, 4, [1, 2, 4, 5, 6])
+
+
+def test_bulyan_needs_four_f_plus_three_updates():
+    """Bulyan with f = 1 needs n >= 7: with 6 the round is skipped (a reason), and the rule
+    itself refuses; the other aggregators need no minimum."""
+    from strategies.robust import RobustConfig, TooFewUpdates, bulyan, too_few
+
+    assert "at least 7 good replies, got 6" in too_few(RobustConfig("bulyan", num_malicious=1), 6)
+    assert too_few(RobustConfig("bulyan", num_malicious=1), 7) is None
+    assert too_few(RobustConfig("mean"), 1) is None and too_few(RobustConfig("median"), 2) is None
+    phi = {"w": torch.zeros(2)}
+    with pytest.raises(TooFewUpdates, match="at least 7 updates, got 6"):
+        bulyan(phi, [{"w": torch.full((2,), float(i))} for i in range(6)], 1)
+
+
+def test_trimmed_mean_trims_less_than_half_and_dp_clipping_keeps_a_zero_update():
+    from strategies.robust import RobustConfig, clip_update_
+
+    RobustConfig("trimmed-mean", trim=0.0)
+    RobustConfig("trimmed-mean", trim=0.49)
+    for trim in (0.5, -0.1):
+        with pytest.raises(ValueError, match=r"trim must be in \[0, 0.5\)"):
+            RobustConfig("trimmed-mean", trim=trim)
+    phi = {"w": torch.tensor([1.0, 2.0]), "step": torch.tensor(4)}
+    assert clip_update_(dict(phi), phi, 1.0)["w"].tolist() == [1.0, 2.0]  # ||u|| = 0: kept
+    moved = clip_update_({"w": torch.tensor([4.0, 6.0]), "step": torch.tensor(4)}, phi, 1.0)
+    assert torch.allclose(moved["w"], torch.tensor([1.6, 2.8]))  # u = (3, 4) -> (0.6, 0.8)
+
+
+def test_flower_sampling_takes_its_share_of_the_nodes():
+    """A Flower-sampled rule (fedyogi) with fraction-train 0.5 of 6 nodes trains 3 a round."""
+    strategy = strategy_from_config({"method": "fedyogi", "fraction-train": 0.5,
+                                     "min-train-nodes": 2, "fraction-evaluate": 0.0})
+    grid = fakegrid.FakeGrid(6, answering(states(1, 6), [1] * 6))
+    run_strategy_result(strategy, None, states(0, 1)[0], rounds=2, num_nodes=6, grid=grid)
+    assert [len(sent) for sent in grid.sent if sent] == [3, 3]
+
+
+def test_replies_without_the_rules_records_are_dropped_and_counted():
+    """A rule that needs a record in every reply (tests/median_method.py: 'drift'): of 4
+    replies, the 2 without it are dropped (counted as dropped-payload), and theta is the
+    coordinate median of the other 2 (torch's: the lower of the two values)."""
+    import methods
+    import median_method
+
+    methods.register(*median_method.ITEMS)
+    try:
+        strategy = strategy_from_config({"method": "median-anchor", "fraction-train": 1.0,
+                                         "min-train-nodes": 4, "fraction-evaluate": 0.0},
+                                        model=torch.nn.Linear(4, 3))
+    finally:
+        methods.unregister(*median_method.ITEMS)
+    models = states(1, 4)
+
+    def handler(i, msg):
+        if is_query(msg):
+            return partition_reply(i, 4)
+        reply = make_reply(models[i], 10)
+        if i < 2:
+            reply["drift"] = ArrayRecord({"drift": torch.tensor([0.5])})
+        return reply
+
+    result = run_strategy_result(strategy, handler, states(0, 1)[0], rounds=1, num_nodes=4)
+    metrics = result.train_metrics_clientapp[1]
+    assert (metrics["replies"], metrics["dropped"], metrics["dropped-payload"]) == (2, 2, 2)
+    theta = result.arrays.to_torch_state_dict()
+    assert all(torch.equal(theta[k], torch.minimum(models[0][k], models[1][k])) for k in theta)
+
+
+def test_simulated_slots_follow_the_nodes_connected_each_round():
+    """Simulated nodes: slot p is the p-th connected node by id in every round; when the node
+    ids change, the train messages name the partitions by the new order."""
+    from flwr.app import ConfigRecord, RecordDict
+
+    def handler(i, msg):
+        assert is_query(msg)
+        return RecordDict({"metrics": MetricRecord({"partition-id": i, "num-partitions": 4,
+                                                    "simulated": 1})})
+
+    grid = fakegrid.FakeGrid(4, handler)
+    strategy = lookahead_strategy(identify_nodes=True, fraction_train=1.0, min_train_nodes=4)
+    arrays = ArrayRecord({"w": torch.zeros(2)})
+    for server_round, ids in ((1, [40, 10, 30, 20]), (2, [40, 5, 30, 20])):
+        grid.node_ids = ids
+        messages = strategy.configure_train(server_round, arrays, ConfigRecord(), grid)
+        named = {m.metadata.dst_node_id: m.content["config"]["partition-id"] for m in messages}
+        assert named == {n: p for p, n in enumerate(sorted(ids))}
+
+
+def test_client_metrics_that_cannot_be_aggregated_do_not_stop_the_round():
+    """Flower cannot average list metrics of different lengths: the round still aggregates
+    the models (theta = their mean), and its train metrics hold the server's counts alone."""
+    models = states(2, 2)
+
+    def handler(i, msg):
+        if is_query(msg):
+            return partition_reply(i, 2)
+        reply = make_reply(models[i], 5)
+        reply["metrics"]["v"] = [1.0, 2.0][: i + 1]
+        return reply
+
+    strategy = lookahead_strategy(fraction_train=1.0, min_train_nodes=2)
+    result = run_strategy_result(strategy, handler, states(0, 1)[0], rounds=1, num_nodes=2)
+    metrics = result.train_metrics_clientapp[1]
+    assert "v" not in metrics and (metrics["replies"], metrics["skipped"]) == (2, 0)
+    theta = result.arrays.to_torch_state_dict()
+    assert all(torch.allclose(theta[k], (models[0][k] + models[1][k]) / 2) for k in theta)
+
+
+def test_no_client_metrics_give_an_empty_record():
+    from strategies.round_loop import safe_metrics
+
+    def never(contents, key):
+        raise AssertionError("not called without replies")
+
+    assert safe_metrics(never, [], "num-examples") == MetricRecord()
+
+
+def test_a_repeated_reply_is_dropped_once_and_counted():
+    """Node 1's reply arrives twice: the copy is dropped (dropped 1, dropped-duplicate 1) and
+    theta is the mean of the 2 replies, node 1's counted once (weights 1 and 3: not 1 and 6)."""
+    from attacks import DuplicatingGrid
+
+    models = states(3, 2)
+    grid = DuplicatingGrid(2, answering(models, [1, 3]))
+    grid.twice = {1}
+    strategy = lookahead_strategy(fraction_train=1.0, min_train_nodes=2)
+    result = run_strategy_result(strategy, None, states(0, 1)[0], rounds=1, num_nodes=2,
+                                 grid=grid)
+    metrics = result.train_metrics_clientapp[1]
+    assert (metrics["replies"], metrics["dropped"], metrics["dropped-duplicate"]) == (2, 1, 1)
+    theta = result.arrays.to_torch_state_dict()
+    assert all(torch.allclose(theta[k], (models[0][k] + 3 * models[1][k]) / 4) for k in theta)
