@@ -5,7 +5,10 @@ config's refusals, and short runs through the real ServerApp and ClientApp in-pr
 from __future__ import annotations
 
 import copy
+import json
 import math
+import subprocess
+from pathlib import Path
 
 import pytest
 import torch
@@ -19,8 +22,10 @@ from methods.fedmlb import MultiLevelBranches
 from methods.fedsol import SolPerturbation, sol_perturbation
 from methods.parts import ClientPart, Method
 from models import ResNet18GN
+from reporting.superlink import CONNECTION
 from run_config import ConfigError, resolve
 from test_preset_hashes import final_theta_sha256
+from test_simulation import superlink  # noqa: F401 - the module-scoped SuperLink fixture
 
 # --- FedSOL ----------------------------------------------------------------------------------
 
@@ -207,7 +212,7 @@ def _loop_objective(model, part, x, y, teacher=None):
 
 def test_fedmlb_with_zero_weights_is_the_plain_local_update():
     x, y = _images(6)
-    local = LocalConfig(lr=0.1, local_iterations=2, batch_size=3)
+    local = LocalConfig(lr=0.1, local_iterations=1, batch_size=6)
     plain, mlb = _resnet(), _resnet()
     local_update(plain, x, y, local, torch.Generator().manual_seed(0))
     local_update(mlb, x, y, local, torch.Generator().manual_seed(0), parts=[_mlb(0.0, 0.0)])
@@ -286,6 +291,21 @@ def test_config_presets_and_refusals():
         methods.unregister(*items)
 
 
+def test_paper_rows_run_the_presets():
+    from run_config import load_setup, setup_names
+
+    found = set()
+    for setup in setup_names():
+        for row in load_setup(setup)["reported"]["rows"]:
+            if "sol" in row or "mlb" in row:  # `setup = ...` + `method = <row>` runs it
+                found.add(row)
+                cfg = resolve({"setup": setup, "method": row})
+                assert cfg["client-objective"] == ("sol" if "sol" in row else "mlb")
+    assert found == {"fedsol", "fedmlb", "fedmlb+acg"}
+    acg = load_setup("fedacg-t1a-cifar100")["reported"]["rows"]["fedmlb+acg"]
+    assert acg == [61.32, 65.67, 216, 316]
+
+
 # --- end to end, in-process (the real ServerApp and ClientApp through an in-memory grid) -----
 
 E2E = {"num-server-rounds": 2, "local-iterations": 2, "seed": 7, "checkpoint-every": 0,
@@ -301,10 +321,28 @@ def test_fedsol_runs_end_to_end_and_rho_zero_is_fedavg(tmp_path):
 
 
 def test_fedmlb_runs_end_to_end(tmp_path):
-    import json
-
     rc = {**E2E, "model": "resnet18", "num-server-rounds": 1, "local-iterations": 1,
           "batch-size": 8, "eval-every": 1}
     final_theta_sha256(tmp_path, {**rc, "method": "fedmlb+acg"}, 2)
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     assert results["config"]["client-objective"] == "mlb", results.keys()
+
+
+@pytest.mark.slow
+def test_flwr_run_fedsol_and_fedmlb(superlink):  # noqa: F811
+    """Each method through `flwr run` on digits: 2 rounds, 4 simulated nodes."""
+    env, home = superlink
+    for method, extra in (("fedsol", "local-gc='features' global-gc='all'"),
+                          ("fedmlb+acg", "model='resnet18' local-iterations=2 batch-size=8")):
+        run = method.replace("+", "-")
+        out = subprocess.run(
+            ["flwr", "run", ".", CONNECTION, "--stream", "--federation-config",
+             "num-supernodes=4", "--run-config",
+             f"method='{method}' {extra} num-server-rounds=2 out-dir='{home}/runs' "
+             f"run-name='{run}'"],
+            cwd=Path(__file__).resolve().parents[1], env=env, capture_output=True, text=True,
+            timeout=400)
+        assert out.returncode == 0 and "[round 2/2] test-acc" in out.stdout, \
+            out.stdout[-3000:] + out.stderr[-3000:]
+        results = json.loads((home / "runs" / run / "results.json").read_text())
+        assert results["config"]["method"] == method and results["status"] == "complete", results
