@@ -3,7 +3,8 @@
     opt = SGD(lr, momentum = local_momentum, weight_decay = wd)
     for k in 1..K:
         loss = alpha * CE(model(x), y) + the loss terms of the method's client parts
-        loss.backward(); the parts' gradient corrections (e.g. FedProx's + beta * (w - phi))
+        loss.backward()    (or a part's step_grad, e.g. FedSOL's gradient at a perturbed point)
+        the parts' gradient corrections (e.g. FedProx's + beta * (w - phi))
         clip_grad_norm_(grad_clip); g[l] = P(g[l]) for l in LOCAL-GC; opt.step()
 
 The method's client parts (`methods.ClientPart`) are called through `LocalContext`; this module
@@ -130,6 +131,21 @@ def local_update(
     ctx.model, ctx.params, ctx.lr = model, params, cfg.lr
     for part in parts:
         part.begin(ctx)
+    # a part may run the forward pass (model_forward) or make the step's gradient (step_grad)
+    forward = next((p.model_forward for p in parts if p.has("model_forward")), None)
+    stepper = next((p for p in parts if p.has("step_grad")), None)
+
+    def objective(xb, yb):
+        """The step's loss at the current weights: alpha * CE + the parts' loss terms."""
+        logits = model(xb) if forward is None else forward(ctx, xb)
+        ce = F.cross_entropy(logits, yb)
+        loss = cfg.alpha * ce
+        for part in parts:
+            term = part.loss(ctx, logits, xb, yb)
+            if term is not None:
+                loss = loss + term
+        return loss, logits, ce
+
     local_gc = params[: cfg.local_gc_layers]
     opt = torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.local_momentum,
                           weight_decay=cfg.weight_decay)
@@ -145,15 +161,14 @@ def local_update(
         yb = y[idx].to(device, non_blocking=True)  # pragma: no mutate
         if transform is not None:
             xb = transform(xb, generator)
-        logits = model(xb)
-        ce = F.cross_entropy(logits, yb)
-        opt.zero_grad(set_to_none=False)
-        loss = cfg.alpha * ce
-        for part in parts:
-            term = part.loss(ctx, logits, xb, yb)
-            if term is not None:
-                loss = loss + term
-        loss.backward()
+        if stepper is None:
+            loss, logits, ce = objective(xb, yb)
+            opt.zero_grad(set_to_none=False)
+            loss.backward()
+        else:  # e.g. FedSOL: the gradient at a perturbed point (docs/baselines.md#fedsol)
+            opt.zero_grad(set_to_none=False)
+            logits, ce = stepper.step_grad(ctx, xb, yb, objective)
+        # on the step's final gradient, whoever made it:
         for part in parts:
             part.correct_grad_(ctx)
         if cfg.grad_clip > 0:

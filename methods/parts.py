@@ -18,10 +18,20 @@ class ClientPart:
     #local-update). Every hook is optional; the local update calls, in this order:
 
     begin(ctx)                       once per local update, model at phi, before the first step
+    model_forward(ctx, x) -> logits  each step, instead of model(x): for a part that needs more of
+                                     the forward pass than the logits (keeps it for its loss)
     loss(ctx, logits, x, y)          each step: a tensor added to alpha * CE before backward
+    step_grad(ctx, x, y, objective) -> (logits, ce)
+                                     each step, instead of the loop's backward of the step's loss:
+                                     leave the step's gradient in p.grad (zeroed by the loop) and
+                                     the weights as they were; objective(x, y) -> (loss, logits,
+                                     ce) is the loop's loss (alpha * CE + the parts' loss terms) at
+                                     the current weights; returns what the train metrics count
     correct_grad_(ctx)               each step: in place on the gradients, after backward and
                                      before clipping, local GC and the optimizer step
     end(ctx) -> {name: ArrayRecord}  after the last step: records added to the reply (`up`)
+
+    At most one part of an objective may override `model_forward`, and one `step_grad`.
 
     `ctx` is a `client_app.objective.LocalContext`: the model, its parameters, the received
     records (`down`), the node's persistent state (`ctx.state`, the node's Flower
@@ -38,6 +48,8 @@ class ClientPart:
     # Switches no paper combines with this part: switch ('lookahead', 'local-gc', 'global-gc')
     # -> why. The run config refuses them unless 'allow-untested-combinations' = true.
     untested: ClassVar[dict[str, str]] = {}
+    # The models (run config 'model') it can train; empty = any.
+    models: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
@@ -45,8 +57,16 @@ class ClientPart:
     def begin(self, ctx) -> None:
         pass
 
+    def model_forward(self, ctx, x):
+        return ctx.model(x)
+
     def loss(self, ctx, logits, x, y):
         return None
+
+    def step_grad(self, ctx, x, y, objective):
+        loss, logits, ce = objective(x, y)
+        loss.backward()
+        return logits, ce
 
     def correct_grad_(self, ctx) -> None:
         pass

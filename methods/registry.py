@@ -98,6 +98,16 @@ def check_parts(cfg: dict[str, Any]) -> list[str]:
             if record not in rule.down:
                 problems.append(f"client part '{part.name}' needs the record '{record}' from the "
                                 f"server, and server-rule '{rule.name}' does not send it")
+    for hook in ("model_forward", "step_grad"):  # hooks that replace a step of the loop
+        owners = [p.name for p in parts if p.has(hook)]
+        if len(owners) > 1:
+            problems.append(f"client parts {' and '.join(repr(o) for o in owners)} both replace "
+                            f"the local update's {hook.replace('_', ' ')}: use one of them")
+    for part in parts:
+        if part.models and cfg["model"] not in part.models:
+            problems.append(f"client part '{part.name}' runs only on model "
+                            f"{' or '.join(repr(m) for m in part.models)} (not "
+                            f"'{cfg['model']}'): set 'model' = '{part.models[0]}'")
     switches = {  # switch -> (on?, how the config turns it on)
         "lookahead": (cfg["lookahead"], "'lookahead' = true"),
         "global-gc": (cfg["global-gc"] != "none", f"'global-gc' = '{cfg['global-gc']}'"),

@@ -17,10 +17,14 @@ class BasicBlock(nn.Module):
             )
         self.act = nn.ReLU()
 
-    def forward(self, x):
+    def preactivation(self, x):
+        """The block's output before its last ReLU."""
         out = self.act(self.gn1(self.conv1(x)))
         out = self.gn2(self.conv2(out))
-        return self.act(out + self.shortcut(x))
+        return out + self.shortcut(x)
+
+    def forward(self, x):
+        return self.act(self.preactivation(x))
 
 
 class ResNet18GN(nn.Module):
@@ -46,3 +50,31 @@ class ResNet18GN(nn.Module):
         x = self.act(self.gn1(self.conv1(x)))
         x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
         return self.linear(self.pool(x).flatten(1))
+
+    # FedMLB's view of the network (docs/baselines.md#fedmlb): level 0 is the stem, levels 1-4
+    # the four stages; each ends in a ReLU of its pre-activation output a_l.
+    levels = 5
+
+    def stages(self) -> tuple[nn.Module, ...]:
+        return (self.layer1, self.layer2, self.layer3, self.layer4)
+
+    def forward_preactivations(self, x):
+        """(logits, [a_0, ..., a_4]) in one pass: the same logits as `forward`, and the
+        pre-activation outputs of the stem (a_0) and of stages 1-4 (the last block's output
+        before its ReLU)."""
+        a = [self.gn1(self.conv1(x))]
+        for stage in self.stages():
+            out = self.act(a[-1])
+            for block in stage[:-1]:
+                out = block(out)
+            a.append(stage[-1].preactivation(out))
+        return self.linear(self.pool(self.act(a[-1])).flatten(1)), a
+
+    def forward_from(self, level: int, h):
+        """The logits from h = ReLU(a_level): stages level+1..4, the pool and the classifier of
+        this model (FedMLB runs them on the frozen teacher; the gradient flows back into h)."""
+        if not 0 <= level < self.levels:
+            raise ValueError(f"level {level} is not one of 0..{self.levels - 1}")
+        for stage in self.stages()[level:]:
+            h = stage(h)
+        return self.linear(self.pool(h).flatten(1))

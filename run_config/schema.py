@@ -139,6 +139,14 @@ KEYS: tuple[Key, ...] = (
     # (local-objective baselines: MOON, FedLC, FedNTD, FedDecorr)
 
     # (local-objective baselines: FedSOL, FedMLB)
+    Key("sol-rho", float, 1.0, "FedSOL's perturbation size rho (docs/baselines.md#fedsol); "
+        "0 = FedAvg's step.", "client", low=0.0),
+    Key("mlb-lambda1", float, 1.0, "FedMLB's weight lambda_1 of the branches' cross-entropy "
+        "(docs/baselines.md#fedmlb).", "client", low=0.0),
+    Key("mlb-lambda2", float, 1.0, "FedMLB's weight lambda_2 of the branches' KL to the main "
+        "logits.", "client", low=0.0),
+    Key("mlb-temperature", float, 1.0, "FedMLB's temperature T of that KL.", "client", low=0.0,
+        low_open=True),
 
     # (stateful baselines: SCAFFOLD, FedDyn, FedDC)
 

@@ -20,6 +20,7 @@ TOPICS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
      (  # one line per group of methods
       # MOON, FedLC, FedNTD, FedDecorr
       # FedSOL, FedMLB
+      "sol-rho", "mlb-lambda1", "mlb-lambda2", "mlb-temperature",
       # SCAFFOLD, FedDyn, FedDC
       # FedCM, FedVARP, FedPAQ
       )),
