@@ -169,8 +169,11 @@ def _check_parts(cfg: dict[str, Any], explicit: set[str]) -> None:
         raise ConfigError("run config: these parts cannot work together: " + "; ".join(problems)
                           + ". Choose other parts or switches.")
     base = methods.BASE_PRESET
-    for name in sorted(explicit):
-        if name in owners and name not in used and cfg[name] != base.get(name, cfg[name]):
+    # knobs set away from their default: preset keys given explicitly, and every other key
+    plain = {name for name in owners if name not in PRESETS[cfg["method"]]}
+    for name in sorted(explicit | plain):
+        default = base[name] if name in base else KEYS_BY_NAME[name].default
+        if name in owners and name not in used and cfg[name] != default:
             names = ", ".join(f"'{p.name}'" for p in owners[name])
             raise ConfigError(
                 f"run config '{name}' = {cfg[name]!r} is a knob of {names}, which this run does "

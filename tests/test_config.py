@@ -92,3 +92,11 @@ def test_run_config_and_feddata_import_no_heavy_data_libraries():
             "heavy = [m for m in ('datasets', 'flwr_datasets', 'yaml') if m in sys.modules]; "
             "assert not heavy, heavy")
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
+
+
+def test_knob_of_an_unused_part_is_refused_even_when_not_preset_controlled():
+    # fedopt-tau is no preset key: set away from its default with a rule that does not read it
+    with pytest.raises(ConfigError, match="'fedopt-tau' = 0.1 is a knob of"):
+        resolve({"method": "fedavg", "fedopt-tau": 0.1})
+    resolve({"method": "fedavg", "fedopt-tau": 1e-3})  # its default: nothing to refuse
+    resolve({"method": "fedadam", "fedopt-tau": 0.1})
