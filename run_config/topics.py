@@ -20,7 +20,7 @@ TOPICS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
      (  # one line per group of methods
       # MOON, FedLC, FedNTD, FedDecorr
       # FedSOL, FedMLB
-      # SCAFFOLD, FedDyn, FedDC
+      "feddyn-alpha", "feddc-alpha",  # SCAFFOLD, FedDyn, FedDC
       # FedCM, FedVARP, FedPAQ
       )),
     ("Local training",
