@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 RUN_KEY, ROUND_KEY, KEEP_KEY = "client-state-run", "client-state-round", "client-state-keep"
+LOST_MARK = "[client state lost]"  # the server stops the run on this (strategies/client_state)
 _TOKEN = re.compile(r"^[0-9a-f]{32}$")
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _VERSION = re.compile(r"^(?P<name>[A-Za-z0-9_-]+)\.r(?P<round>[0-9]+)\.pt$")
@@ -127,11 +128,11 @@ class ClientStateStore:
         found = self.versions.read(name, self.load_round)
         if found is None:
             raise ClientStateMissing(
-                f"the state '{name}' of client partition {self.partition} made in round "
-                f"{self.load_round} is not in {self.versions.where()}: this node's copy was lost "
-                "(disk cleared, another cache-dir, or the partition trained on another node), so "
-                "the run cannot continue exactly. Restore the node's cache-dir, or start afresh "
-                "with resume = ''.")
+                f"{LOST_MARK} the state '{name}' of client partition {self.partition} made in "
+                f"round {self.load_round} is not in {self.versions.where()}: this node's copy was "
+                "lost (disk cleared, another cache-dir, or the partition trained on another "
+                "node), so the run cannot continue exactly. Restore the node's cache-dir, or "
+                "start afresh with resume = ''.")
         return found
 
     def save(self, name: str, tensors: dict[str, torch.Tensor]) -> None:

@@ -24,6 +24,11 @@ from typing import Any
 from flwr.app import ConfigRecord, Message, RecordDict
 
 RUN_KEY, ROUND_KEY, KEEP_KEY = "client-state-run", "client-state-round", "client-state-keep"
+LOST_MARK = "[client state lost]"  # in the error of a client that lacks the version named
+
+
+class ClientStateLost(RuntimeError):
+    """A client lacks the version of its state the run continues from: the run stops."""
 
 
 class ClientStateRounds:
@@ -62,6 +67,15 @@ class ClientStateRounds:
             content[config_key] = config
             msg.content = content
             self._partition_of_sent[id(msg)] = pid
+
+    def check_errors(self, replies: list[Message]) -> None:
+        """Stop the run when a client reports that its state is lost: going on without it would
+        silently make another run than the one resumed."""
+        for msg in replies:
+            if msg.has_error() and LOST_MARK in (msg.error.reason or ""):
+                reason = msg.error.reason
+                start = reason.index(LOST_MARK)
+                raise ClientStateLost(reason[start:].splitlines()[0][:1000])
 
     def accept(self, server_round: int, good: list, sent: list[Message]) -> None:
         """The round's aggregated replies: their partitions' state is now this round's."""

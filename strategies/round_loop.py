@@ -197,6 +197,8 @@ class MethodStrategy(RoundConfig, FedAvg):
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         replies = list(replies)
+        if self.client_state:  # a client lacks the state the run continues from: stop
+            self.client_state.check_errors(replies)
         up = self._take_up_records(replies)  # screening sees the model alone
         screened = screen_replies(server_round, replies, self._sent, self._phi,
                                   self.weighted_by_key, self.max_update_norm,
