@@ -323,8 +323,8 @@ def test_feddc_server_two_rounds_by_hand():
 
 # --- through the real ServerApp and ClientApp -------------------------------------------------
 
-BASE = {"model": "mlp", "num-server-rounds": 2, "local-iterations": 2, "fraction-train": 0.5, "run-name": "run",
-        "checkpoint-every": 1, "seed": 2}
+BASE = {"model": "mlp", "num-server-rounds": 2, "local-iterations": 2, "fraction-train": 0.5,
+        "run-name": "run", "checkpoint-every": 1, "seed": 2}
 
 
 def run_app(out_dir, crash_round=None, nodes=6, **overrides):
@@ -430,3 +430,22 @@ def test_resume_stops_when_a_clients_state_is_lost(tmp_path, partition_cache_dir
                        "of client partition .* is not in .*start afresh"):
         run_app(tmp_path, method="feddyn", resume="latest", **{"num-server-rounds": 6,
                                                                "checkpoint-every": 3})
+
+
+def test_the_papers_rows_of_these_methods_are_their_presets():
+    """`setup = <table>` + `method = <row>` runs the paper's configuration of the method."""
+    from run_config.setups import SETUP_DIR, load_setup
+
+    seen = set()
+    for path in sorted(SETUP_DIR.glob("*.yaml")):
+        rows = load_setup(path.stem)["reported"]["rows"]
+        assert "feddyn" not in rows, path.name  # the variant is named
+        for row in rows:
+            if row.split("-")[0] in ("scaffold", "feddyn", "feddc"):
+                cfg = resolve({"setup": path.stem, "method": row})
+                assert cfg["method"] == row
+                want = {"gcfed": "feddyn-gcfed", "fedacg": "feddyn", "fedagm": "feddyn"}
+                if row.startswith("feddyn"):
+                    assert cfg["server-rule"] == want[path.stem.split("-")[0]], path.name
+                seen.add(row)
+    assert seen == {"scaffold", "feddyn-fedacg", "feddyn-gcfed", "feddc"}
