@@ -449,3 +449,33 @@ def test_the_papers_rows_of_these_methods_are_their_presets():
                     assert cfg["server-rule"] == want[path.stem.split("-")[0]], path.name
                 seen.add(row)
     assert seen == {"scaffold", "feddyn-fedacg", "feddyn-gcfed", "feddc"}
+
+
+@pytest.mark.parametrize("method", ["scaffold", "feddyn", "feddyn-gcfed", "feddc"])
+@pytest.mark.parametrize("switch", [{"lookahead": True, "lam": 0.85}, {"local-gc": "all"},
+                                    {"global-gc": "all"}])
+def test_look_ahead_and_gc_are_untested_combinations(method, switch):
+    from run_config import ConfigError
+
+    with pytest.raises(ConfigError, match="is untested: .*allow-untested-combinations"):
+        resolve({"method": method, **switch})
+    cfg = resolve({"method": method, **switch, "allow-untested-combinations": True})
+    assert all(cfg[k] == v for k, v in switch.items())
+
+
+def test_feddyn_look_ahead_point_follows_the_last_step():
+    """(untested combination) phi = theta + lam * (theta_t - theta_{t-1})"""
+    model = mlp()
+    cfg = rule_cfg(method="feddyn", lookahead=True, lam=0.5, **{"allow-untested-combinations":
+                                                                 True})
+    rule = FedDynRule(cfg, model)
+    rule.num_clients = 2
+    rule.start(ArrayRecord(model.state_dict()))
+    theta0 = {k: v.clone() for k, v in rule.theta.items()}
+    _, phi = rule.broadcast(1)
+    assert all(torch.equal(phi[k], theta0[k]) for k in phi)  # m = 0
+    rule.aggregate(1, replies(phi, [named(model, seed=1), named(model, seed=2)]), phi, [{}, {}])
+    _, phi = rule.broadcast(2)
+    for k in phi:
+        want = rule.theta[k] + 0.5 * (rule.theta[k] - theta0[k])
+        assert torch.allclose(phi[k], want, atol=1e-6)
