@@ -24,6 +24,7 @@ from models import build_model
 from models.evaluation import evaluate as evaluate_model
 from models.wire import state_view
 
+from .client_state import store_for
 from .local_update import LocalContext, local_update
 from .objective import settings
 from .received import check_train_config
@@ -108,8 +109,11 @@ def train(msg: Message, context: Context) -> Message:
     t = time.perf_counter()
     train_x, train_y, _, _ = on_device(data, device)
     down = {k: v for k, v in msg.content.array_records.items() if k != "arrays"}
+    _, num_partitions = data_partition_of(msg, context)
+    store = store_for(c, pid, context.node_config, context.state)  # per-client state, if any
     ctx = LocalContext(down=down, state=context.state, server_round=server_round,
-                       partition_id=pid, train_y=train_y, num_classes=data.num_classes)
+                       partition_id=pid, train_y=train_y, num_classes=data.num_classes,
+                       num_partitions=num_partitions, store=store)
     metrics = local_update(model, train_x, train_y, local, gen, transform, client.parts, ctx)
     # local compute only (ends synchronized: .item())
     metrics["train-seconds"] = time.perf_counter() - t

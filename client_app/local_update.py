@@ -82,6 +82,10 @@ class LocalContext:
     train_y: torch.Tensor | None = None  # the client's training labels (e.g. class counts)
     num_classes: int = 0
     steps_done: int = 0  # optimizer steps taken so far in this local update
+    num_partitions: int = 0  # N, the clients of the federation (0: not known)
+    # client_app.client_state.ClientStateStore: versions per round on the node's disk, the one
+    # the server names is loaded (exact resume); None: kept in `state` (Flower's Context.state)
+    store: Any = None
     _teacher: nn.Module | None = None
 
     def teacher(self) -> nn.Module:
@@ -99,6 +103,8 @@ class LocalContext:
 
     def load_state(self, name: str) -> dict[str, torch.Tensor] | None:
         """This client's state `name` saved by an earlier round (None the first time)."""
+        if self.store is not None:
+            return self.store.load(name)
         if self.state is None or self._state_key(name) not in self.state.array_records:
             return None
         return self.state.array_records[self._state_key(name)].to_torch_state_dict()
@@ -107,6 +113,8 @@ class LocalContext:
         """Keep `tensors` as this client's state `name` for its next round."""
         from flwr.app import ArrayRecord
 
+        if self.store is not None:
+            return self.store.save(name, tensors)
         if self.state is None:
             raise RuntimeError("LocalContext.state is None: no node state to keep client state in")
         self.state[self._state_key(name)] = ArrayRecord(

@@ -35,15 +35,17 @@ class ClientPart:
 
     `ctx` is a `client_app.objective.LocalContext`: the model, its parameters, the received
     records (`down`), the node's persistent state (`ctx.state`, the node's Flower
-    Context.state: a RecordDict kept across rounds), the round and the learning rate.
+    Context.state: a RecordDict kept across rounds; per-client state goes through
+    `ctx.load_state` / `ctx.save_state`), the round and the learning rate.
     """
 
     name: ClassVar[str] = ""
     keys: ClassVar[tuple[str, ...]] = ()  # run-config keys this part reads (its knobs)
     down: ClassVar[tuple[str, ...]] = ()  # records it needs in the train instruction
     up: ClassVar[tuple[str, ...]] = ()  # records it adds to the reply
-    # Keeps per-client state across rounds in the node's Context.state. A fresh run starts it
-    # anew; a resumed run cannot restore it (it lives on the nodes), so resume is refused.
+    # Keeps per-client state across rounds (ctx.load_state / ctx.save_state): one version per
+    # round on the node's disk, and the server tells each client which version to start from,
+    # so a resumed run restores it exactly (docs/baselines.md#client-state).
     client_state: ClassVar[bool] = False
     # Switches no paper combines with this part: switch ('lookahead', 'local-gc', 'global-gc')
     # -> why. The run config refuses them unless 'allow-untested-combinations' = true.
@@ -108,6 +110,9 @@ class ServerRule:
     # Switches it supports that no paper combines with it: switch -> why (as ClientPart.untested)
     untested: ClassVar[dict[str, str]] = {}
     summary: ClassVar[str] = ""  # one line for the method table
+    # N, the number of clients (partitions) of the federation: set by the round loop before
+    # each `aggregate` (rules such as SCAFFOLD's and FedDyn's weigh by it)
+    num_clients: int = 0
 
     def __init__(self, cfg: Config, model) -> None:
         self.cfg = cfg

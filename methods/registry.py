@@ -122,12 +122,9 @@ def check_parts(cfg: dict[str, Any]) -> list[str]:
     if not cfg["allow-untested-combinations"]:
         problems += [f"{why}; set 'allow-untested-combinations' = true to run it anyway"
                      for why in untested_combinations(cfg)]
-    if cfg["resume"]:
-        for part in parts:
-            if part.client_state:
-                problems.append(f"resume cannot be combined with client part '{part.name}': its "
-                                "per-client state lives on the nodes and a resumed run cannot "
-                                "restore it; start afresh with resume = ''")
+    # Parts with per-client state resume too: the server names the version of its state each
+    # client starts from, and a client whose copy is lost refuses to train with an error
+    # (client_app/client_state.py; docs/baselines.md#client-state).
     return problems
 
 

@@ -149,6 +149,12 @@ KEYS: tuple[Key, ...] = (
         low_open=True),
 
     # (stateful baselines: SCAFFOLD, FedDyn, FedDC)
+    Key("feddyn-alpha", float, 0.1, "FedDyn's alpha: loss += alpha/2 ||w - phi||^2 - <g_i, w>, "
+        "server theta = mean - h/alpha (docs/baselines.md#feddyn).", "client", low=0.0,
+        low_open=True),
+    Key("feddc-alpha", float, 0.01, "FedDC's alpha: drift penalty "
+        "alpha/om_i/2 ||w - (phi - h_i)||^2 (docs/baselines.md#feddc).", "client", low=0.0,
+        low_open=True),
 
     # (FedCM, FedVARP, FedPAQ uplink codec)
 

@@ -17,7 +17,8 @@ reported:                                            # the paper's numbers, one 
 
 `run-config` may not set `setup`, `method` or the keys a method sets (`lookahead`, `lam`, ...),
 so every method can run on every set-up. Row names are our method names where we have the method
-(`fedavg`, `fedacg`, `gcfed`, ...), the paper's names otherwise (`feddyn`, `moon`, ...).
+(`fedavg`, `fedacg`, `gcfed`, `feddyn-fedacg`, `feddyn-gcfed`, ...: the variant the table's
+paper ran), the paper's names otherwise (`moon`, ...).
 
 With `setup = "<name>"` in the run config, the set-up's method and values replace every key that
 still holds its schema default (the ServerApp cannot tell a default from a value given on the

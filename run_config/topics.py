@@ -21,7 +21,7 @@ TOPICS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
       # MOON, FedLC, FedNTD, FedDecorr
       # FedSOL, FedMLB
       "sol-rho", "mlb-lambda1", "mlb-lambda2", "mlb-temperature",
-      # SCAFFOLD, FedDyn, FedDC
+      "feddyn-alpha", "feddc-alpha",  # SCAFFOLD, FedDyn, FedDC
       # FedCM, FedVARP, FedPAQ
       )),
     ("Local training",

@@ -10,6 +10,9 @@ from torch import nn
 import methods
 from feddata.population import ClientPopulation
 
+from methods.registry import parse_objective
+
+from .client_state import ClientStateRounds
 from .nodes import Nodes
 from .round_loop import MethodStrategy
 
@@ -25,8 +28,11 @@ def build_strategy(cfg: dict[str, Any], model: nn.Module, **fedavg_kwargs) -> Me
                   node_wait_timeout=cfg["node-wait-timeout"],
                   identify_nodes=rule.sampling == "seeded", population=population,
                   sampling=rule.sampling)
+    client_state = None  # which version of its own state each client starts from
+    if any(methods.CLIENT_PARTS[p].client_state for p in parse_objective(cfg["client-objective"])):
+        client_state = ClientStateRounds(checkpoints=cfg["checkpoint-every"] > 0)
     return MethodStrategy(
-        rule, nodes=nodes, lr=cfg["lr"], lr_decay=cfg["lr-decay"],
+        rule, nodes=nodes, client_state=client_state, lr=cfg["lr"], lr_decay=cfg["lr-decay"],
         min_train_clients=cfg["min-train-clients"], max_update_norm=cfg["max-update-norm"],
         update_norm_ratio=cfg["update-norm-ratio"], num_examples_ratio=cfg["num-examples-ratio"],
         fraction_train=cfg["fraction-train"], fraction_evaluate=cfg["fraction-evaluate"],

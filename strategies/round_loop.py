@@ -56,7 +56,7 @@ class MethodStrategy(RoundConfig, FedAvg):
     def __init__(self, rule, *, nodes: Nodes | None = None, lr: float = 0.1,
                  lr_decay: float = 1.0, min_train_clients: int = 1, max_update_norm: float = 0.0,
                  update_norm_ratio: float = 10.0, num_examples_ratio: float = 10.0,
-                 **fedavg_kwargs) -> None:
+                 client_state=None, **fedavg_kwargs) -> None:
         fedavg_kwargs.setdefault("min_available_nodes", fedavg_kwargs.get("min_train_nodes", 2))
         super().__init__(**fedavg_kwargs)
         self.rule = rule
@@ -71,6 +71,8 @@ class MethodStrategy(RoundConfig, FedAvg):
         self._sent: list[Message] = []  # the current train round's instructions
         # Called with (round, metrics) after every aggregate_train, skipped rounds included.
         self.round_metrics_fn: Callable[[int, MetricRecord], None] | None = None
+        # strategies.client_state.ClientStateRounds when a client part keeps per-client state
+        self.client_state = client_state
 
     def summary(self) -> None:
         log(INFO, "\t├──> Server rule: %s", self.rule.describe())
@@ -84,11 +86,14 @@ class MethodStrategy(RoundConfig, FedAvg):
         numbers and tuples."""
         if self._theta_record is None:
             raise RuntimeError("no state yet: the strategy has not started")
-        return {**self.rule.state_dict(), **self.nodes.state_dict()}
+        extra = self.client_state.state_dict() if self.client_state else {}
+        return {**self.rule.state_dict(), **self.nodes.state_dict(), **extra}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.rule.load_state_dict(state)
         self.nodes.load_state_dict(state)
+        if self.client_state:
+            self.client_state.load_state_dict(state)
         self._theta_record = self.rule.theta_record()
 
     # --- the round loop ---------------------------------------------------------------------
@@ -153,6 +158,8 @@ class MethodStrategy(RoundConfig, FedAvg):
 
     def _start_rule(self, arrays: ArrayRecord) -> None:
         self.rule.start(arrays)
+        if self.client_state:
+            self.client_state.start()
         self._theta_record = arrays
 
     def _construct(self, content: RecordDict, node_ids: list[int], message_type: str):
@@ -182,12 +189,16 @@ class MethodStrategy(RoundConfig, FedAvg):
         # kept: the grid sets their message ids, which the replies (errors included) refer to
         self._sent = self.nodes.messages(record, node_ids, MessageType.TRAIN, server_round,
                                          self._construct, self.configrecord_key)
+        if self.client_state:  # which version of its own state each client starts from
+            self.client_state.stamp(self._sent, self.nodes.partition_of, self.configrecord_key)
         return self._sent
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         replies = list(replies)
+        if self.client_state:  # a client lacks the state the run continues from: stop
+            self.client_state.check_errors(replies)
         up = self._take_up_records(replies)  # screening sees the model alone
         screened = screen_replies(server_round, replies, self._sent, self._phi,
                                   self.weighted_by_key, self.max_update_norm,
@@ -203,6 +214,7 @@ class MethodStrategy(RoundConfig, FedAvg):
             skip = (f"{len(screened.good)} good replies, "
                     f"min-train-clients = {self.min_train_clients}")
         else:
+            self.rule.num_clients = self.nodes.num_slots  # N: the partitions of the federation
             arrays, skip = self.rule.aggregate(server_round, screened.good, self._phi,
                                                [up.get(id(m), {}) for m, _, _ in screened.good])
         if skip is not None:
@@ -213,6 +225,8 @@ class MethodStrategy(RoundConfig, FedAvg):
                 self.round_metrics_fn(server_round, metrics)
             return None, metrics
         self._theta_record = arrays
+        if self.client_state:
+            self.client_state.accept(server_round, screened.good, self._sent)
         metrics = safe_metrics(self.train_metrics_aggr_fn,
                                [msg.content for msg, _, _ in screened.good], self.weighted_by_key)
         for k, v in {**counts, "skipped": 0}.items():

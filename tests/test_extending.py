@@ -113,9 +113,8 @@ def test_the_new_parts_compose_and_are_refused_where_they_cannot_work():
     with pytest.raises(ConfigError, match="'lookahead' = true cannot be combined with method "
                        "'median-anchor' \\(server-rule 'coordinate-median'"):
         resolve({"method": "median-anchor", "lookahead": True})
-    with pytest.raises(ConfigError, match="resume cannot be combined with client part "
-                       "'anchor-pull'"):
-        resolve({"method": "median-anchor", "resume": "latest"})
+    # per-client state resumes too (the server names each client's version of it)
+    assert resolve({"method": "median-anchor", "resume": "latest"})["resume"] == "latest"
     with pytest.raises(ConfigError, match="'beta' = 0.1 is a knob of 'proximal'"):
         resolve({"method": "median-anchor", "beta": 0.1})
 

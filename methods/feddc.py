@@ -1,0 +1,146 @@
+"""FedDC (Gao et al. 2022, https://arxiv.org/abs/2203.11751) as its official code runs it,
+docs/baselines.md#feddc: a local drift h_i and SCAFFOLD-like corrections G_i, G.
+
+Client (state h_i and G_i, 2x, both start at 0); om_i = n_i N / sum_j n_j, alpha_i = alpha / om_i:
+    L = CE + alpha_i/2 * ||w - (phi - h_i)||^2 + <w, G/om_i - G_i>     (added as gradients)
+    after the local update (d_i = w_K - phi, K steps, undecayed lr):
+        h_i += d_i;   G_i+ = G_i - G/om_i - d_i / (K lr)
+    it sends om_i * (G_i+ - G_i) (the record `feddc-dg`).
+Server (state G and H = sum over all clients of h_j, 2x):
+    G += (1/N) * sum_{i in S} om_i (G_i+ - G_i)
+    H += sum_{i in S} d_i;   theta = mean_S(w_i) + H / N
+Down theta and G, up w_i and the G_i change: 2x each way. `alpha` is the key `feddc-alpha`; n_i
+is the size of partition i (before the held-out split), computed on the client from the
+partitioning, which every node makes the same way.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from .feddyn import UNTESTED_GC, ModelStepRule
+from .parts import ClientPart, Method
+from .registry import register
+
+G_RECORD, DELTA_G_RECORD = "feddc-g", "feddc-dg"
+H_I_STATE, G_I_STATE = "feddc-h-i", "feddc-g-i"
+
+
+@functools.lru_cache(maxsize=8)
+def _partition_sizes(frozen_cfg: tuple, num_partitions: int) -> tuple[int, ...]:
+    from feddata.summary import partition_labels
+
+    return tuple(len(labels) for labels in partition_labels(dict(frozen_cfg), num_partitions))
+
+
+def client_weight(cfg: dict[str, Any], partition: int, num_partitions: int) -> float:
+    """om_i = n_i N / sum_j n_j over the N partitions (1 when every partition has the same size;
+    1 for a local update outside a federation, num_partitions = 0)."""
+    if num_partitions <= 0:
+        return 1.0
+    sizes = _partition_sizes(tuple(sorted(cfg.items())), num_partitions)
+    return sizes[partition] * num_partitions / sum(sizes)
+
+
+class DriftCorrection(ClientPart):
+    """FedDC's drift prox and gradient correction; h_i and G_i kept on the node."""
+
+    name = "feddc"
+    keys = ("feddc-alpha",)
+    down = (G_RECORD,)
+    up = (DELTA_G_RECORD,)
+    client_state = True
+    untested = {"local-gc": UNTESTED_GC}
+
+    def __init__(self, cfg) -> None:
+        super().__init__(cfg)
+        self.alpha = float(cfg["feddc-alpha"])
+
+    def begin(self, ctx) -> None:
+        import torch
+
+        self.om = client_weight(self.cfg, ctx.partition_id, ctx.num_partitions)
+        self.names = [n for n, _ in ctx.model.named_parameters()]
+
+        def load(name):
+            found = ctx.load_state(name)
+            return ([found[n].to(p.device) for n, p in zip(self.names, ctx.params)] if found
+                    else [torch.zeros_like(p) for p in ctx.params])
+
+        self.h_i, self.g_i = load(H_I_STATE), load(G_I_STATE)
+        g = ctx.down[G_RECORD].to_torch_state_dict()
+        self.g_over_om = [g[n].to(p.device) / self.om for n, p in zip(self.names, ctx.params)]
+        self.phi = [p.detach().clone() for p in ctx.params]
+        self.center = torch._foreach_sub(self.phi, self.h_i)  # phi - h_i
+        self.linear = torch._foreach_sub(self.g_over_om, self.g_i)  # G/om_i - G_i
+
+    def correct_grad_(self, ctx) -> None:
+        import torch
+
+        grads = [p.grad for p in ctx.params]
+        # + alpha_i (w - (phi - h_i))
+        torch._foreach_add_(grads, torch._foreach_sub([p.detach() for p in ctx.params],
+                                                      self.center), alpha=self.alpha / self.om)
+        torch._foreach_add_(grads, self.linear)  # + G/om_i - G_i
+
+    def end(self, ctx) -> dict:
+        import torch
+        from flwr.app import ArrayRecord
+
+        d = torch._foreach_sub([p.detach() for p in ctx.params], self.phi)  # d_i = w_K - phi
+        h_i = torch._foreach_add(self.h_i, d)
+        # G_i+ - G_i = -G/om_i - d_i / (K lr)
+        delta = torch._foreach_mul(d, -1.0 / (ctx.steps_done * float(self.cfg["lr"])))
+        torch._foreach_sub_(delta, self.g_over_om)
+        g_i = torch._foreach_add(self.g_i, delta)
+        ctx.save_state(H_I_STATE, dict(zip(self.names, h_i)))
+        ctx.save_state(G_I_STATE, dict(zip(self.names, g_i)))
+        sent = torch._foreach_mul(delta, self.om)  # om_i (G_i+ - G_i)
+        return {DELTA_G_RECORD: ArrayRecord({n: t.cpu() for n, t in zip(self.names, sent)})}
+
+
+class FedDCRule(ModelStepRule):
+    """G += (1/N) sum_S om_i delta-G_i; H += sum_S d_i; theta = mean_S w_i + H / N."""
+
+    name = "feddc"
+    keys = ("lookahead", "lam", "aggregation", "global-gc", "gc-vectors", "gc-borderline")
+    down = (G_RECORD,)
+    up = (DELTA_G_RECORD,)
+    state_names = ("feddc-g", "feddc-h")
+    summary = ("FedDC: server drift sum H and correction G sent with theta "
+               "(docs/baselines.md#feddc)")
+
+    def describe(self) -> str:
+        return "feddc: theta = mean + H/N, G sent with theta"
+
+    def start(self, theta_record) -> None:
+        super().start(theta_record)
+        self.feddc_g = {n: self.feddc_g[n] for n in self.param_names}  # G: the parameters
+
+    def down_records(self, server_round: int) -> dict:
+        from flwr.app import ArrayRecord
+
+        return {G_RECORD: ArrayRecord(self.feddc_g)}
+
+    def step(self, d, d_sum, phi, good, up):
+        import torch
+
+        n = self.num_clients
+        for records in up:  # G += (1/N) om_i delta-G_i (the clients send om_i delta-G_i)
+            delta = records[DELTA_G_RECORD].to_torch_state_dict()
+            torch._foreach_add_([self.feddc_g[k] for k in self.param_names],
+                                [delta[k] for k in self.param_names], alpha=1.0 / n)
+        keys = list(d)
+        torch._foreach_add_([self.feddc_h[k] for k in keys], [d_sum[k] for k in keys])
+        # theta = mean_S w_i + H / N = phi + d + H / N
+        new = torch._foreach_add([phi[k] for k in keys], [d[k] for k in keys])
+        torch._foreach_add_(new, [self.feddc_h[k] for k in keys], alpha=1.0 / n)
+        return dict(zip(keys, new))
+
+
+register(DriftCorrection, FedDCRule)
+register(Method(
+    "feddc", "Gao et al. FedDC: Federated Learning with Non-IID Data via Local Drift Decoupling "
+    "and Correction, CVPR 2022 https://arxiv.org/abs/2203.11751", "feddc", ("feddc",),
+    {"aggregation": "uniform"}))

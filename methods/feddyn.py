@@ -1,0 +1,216 @@
+"""FedDyn (Acar et al. 2021, https://arxiv.org/abs/2111.04263), docs/baselines.md#feddyn.
+
+Client (state g_i, 1x, starts at 0):
+    L = CE - <g_i, w> + alpha/2 * ||w - phi||^2        (added as its gradient after backward)
+    after the local update: g_i -= alpha * (w_K - phi)
+Server (state h, 1x, starts at 0; uniform mean over the round's good replies S):
+    h     -= kappa * sum_{i in S} d_i
+    theta  = mean_S(w_i) - h / alpha
+    kappa  = alpha / N          variant 'paper' (the FedDyn paper; FedACG's code)
+    kappa  = alpha / |S|^2      variant 'gcfed' (GC-Fed's code)
+1x each way. `alpha` is the run-config key `feddyn-alpha`.
+
+`ModelStepRule` (also FedDC's) is the part of such a rule that is not FedDyn's: theta and its
+last step m, the broadcast point phi (theta, or theta + lam * m with look-ahead) and global GC of
+the mean update, none of which the papers combine with these methods (untested).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import fedprox
+from .parts import ClientPart, Method, ServerRule
+from .registry import register
+
+G_I_STATE = "feddyn-g-i"
+UNTESTED_LOOKAHEAD = ("it has its own server rule, theta = mean - h/alpha, and no paper defines "
+                      "a look-ahead point for it (docs/baselines.md#combinations)")
+UNTESTED_GC = "GC-Fed keeps GC off variance-reduction methods (docs/baselines.md#combinations)"
+
+
+class FedDynTerm(ClientPart):
+    """- <g_i, w> + alpha/2 ||w - phi||^2 (as gradients), g_i kept on the node."""
+
+    name = "feddyn"
+    keys = ("feddyn-alpha",)
+    client_state = True
+    untested = {"local-gc": UNTESTED_GC}
+
+    def __init__(self, cfg) -> None:
+        super().__init__(cfg)
+        self.alpha = float(cfg["feddyn-alpha"])
+
+    def begin(self, ctx) -> None:
+        import torch
+
+        self.names = [n for n, _ in ctx.model.named_parameters()]
+        self.phi = [p.detach().clone() for p in ctx.params]
+        g_i = ctx.load_state(G_I_STATE)
+        self.g_i = ([g_i[n].to(p.device) for n, p in zip(self.names, ctx.params)] if g_i
+                    else [torch.zeros_like(p) for p in ctx.params])
+
+    def correct_grad_(self, ctx) -> None:
+        import torch
+
+        fedprox.add_proximal_grad_(ctx.params, self.phi, self.alpha)  # + alpha (w - phi)
+        torch._foreach_sub_([p.grad for p in ctx.params], self.g_i)  # - g_i
+
+    def end(self, ctx) -> dict:
+        import torch
+
+        d = torch._foreach_sub([p.detach() for p in ctx.params], self.phi)  # w_K - phi
+        g_i = torch._foreach_add(self.g_i, d, alpha=-self.alpha)
+        ctx.save_state(G_I_STATE, dict(zip(self.names, g_i)))
+        return {}
+
+
+class ModelStepRule(ServerRule):
+    """theta, its last step m = theta_t - theta_{t-1}, the broadcast point and global GC of the
+    mean update d; subclasses say how d and their state make the next theta (`step`)."""
+
+    supports = frozenset({"lookahead", "global-gc", "aggregation=uniform", "resume"})
+    untested = {"lookahead": UNTESTED_LOOKAHEAD, "global-gc": UNTESTED_GC}
+    state_names: tuple[str, ...] = ()  # the subclass's state (name -> tensor dicts)
+
+    def __init__(self, cfg, model) -> None:
+        from models.centralization import gc_layer_names
+
+        super().__init__(cfg, model)
+        self.lookahead, self.lam = bool(cfg["lookahead"]), float(cfg["lam"])
+        self.aggregation = cfg["aggregation"]
+        self.gc_vectors = cfg["gc-vectors"]
+        self.global_gc_layers = gc_layer_names(model, cfg["global-gc"], cfg["gc-borderline"])
+        self.param_names = [n for n, _ in model.named_parameters()]
+
+    def start(self, theta_record) -> None:
+        import torch
+
+        self.theta = dict(theta_record.to_torch_state_dict())
+        self.m = {k: torch.zeros_like(v) for k, v in self.theta.items() if v.is_floating_point()}
+        self.phi = None
+        self._theta_record = theta_record
+        for name in self.state_names:
+            setattr(self, name.replace("-", "_"), {k: torch.zeros_like(v) for k, v in
+                                                  self.m.items()})
+
+    def theta_record(self):
+        return self._theta_record
+
+    def broadcast(self, server_round: int):
+        from flwr.app import ArrayRecord
+
+        from strategies.server_update import lookahead
+
+        if self.lookahead and self.lam > 0:
+            self.phi = lookahead(self.theta, self.m, self.lam)
+            return ArrayRecord(self.phi), self.phi
+        self.phi = self.theta
+        return self._theta_record, self.phi
+
+    def aggregate(self, server_round: int, good: list, phi: dict, up: list):
+        import torch
+        from flwr.app import ArrayRecord
+
+        from strategies.server_update import aggregate_update, client_weights, global_gc_
+
+        if self.num_clients < len(good):
+            return None, (f"N = {self.num_clients} clients known, fewer than the "
+                          f"{len(good)} replies: the partitions are not known")
+        n = [weight for _, _, weight in good]
+        if self.aggregation == "examples" and sum(n) <= 0:
+            return None, "the good replies report no training examples"
+        models = [model for _, model, _ in good]
+        d = aggregate_update(phi, models, client_weights(n, self.aggregation))  # mean_S w_i - phi
+        # sum_S d_i = sum_S w_i - |S| phi
+        d_sum = aggregate_update(phi, models, [1.0] * len(models))
+        torch._foreach_add_(list(d_sum.values()), [phi[k] for k in d_sum],
+                            alpha=1.0 - len(models))
+        global_gc_(d, self.global_gc_layers, self.gc_vectors)
+        new = self.step(d, d_sum, phi, good, up)  # the next theta's float tensors
+        self.m = {k: new[k] - self.theta[k] for k in new}
+        self.theta = {**self.theta, **new}
+        for k, v in good[0][1].items():  # non-float buffers: from the first reply
+            if not v.is_floating_point():
+                self.theta[k] = v
+        self._theta_record = ArrayRecord(self.theta)
+        return self._theta_record, None
+
+    def step(self, d: dict, d_sum: dict, phi: dict, good: list, up: list) -> dict:
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, Any]:
+        copy = lambda state: {k: v.clone() for k, v in state.items()}  # noqa: E731
+        out = {"theta": copy(self.theta), "m": copy(self.m),
+               "phi": copy(self.phi if self.phi is not None else self.theta)}
+        for name in self.state_names:
+            out[name] = copy(getattr(self, name.replace("-", "_")))
+        return out
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        from flwr.app import ArrayRecord
+
+        missing = [k for k in ("theta", "m", "phi", *self.state_names) if k not in state]
+        if missing:
+            raise ValueError(f"the checkpoint lacks the {self.name} rule's state {missing}")
+        self.theta = {k: v.clone() for k, v in state["theta"].items()}
+        self.m = {k: v.clone() for k, v in state["m"].items()}
+        self.phi = {k: v.clone() for k, v in state["phi"].items()}
+        for name in self.state_names:
+            setattr(self, name.replace("-", "_"),
+                    {k: v.clone() for k, v in state[name].items()})
+        self._theta_record = ArrayRecord(self.theta)
+
+
+class FedDynRule(ModelStepRule):
+    """h -= kappa * sum_S d_i; theta = mean_S w_i - h / alpha, kappa = alpha / N."""
+
+    name = "feddyn"
+    keys = ("feddyn-alpha", "lookahead", "lam", "aggregation", "global-gc", "gc-vectors",
+            "gc-borderline")
+    state_names = ("feddyn-h",)
+    summary = "FedDyn: server state h, theta = mean - h/alpha (docs/baselines.md#feddyn)"
+    variant = "paper"
+
+    def __init__(self, cfg, model) -> None:
+        super().__init__(cfg, model)
+        self.alpha = float(cfg["feddyn-alpha"])
+
+    def describe(self) -> str:
+        return (f"{self.name}: alpha={self.alpha} kappa=" +
+                ("alpha/N" if self.variant == "paper" else "alpha/|S|^2"))
+
+    def kappa(self, num_replies: int) -> float:
+        if self.variant == "paper":
+            return self.alpha / self.num_clients
+        return self.alpha / num_replies ** 2
+
+    def step(self, d, d_sum, phi, good, up):
+        import torch
+
+        keys = list(d)
+        h = [self.feddyn_h[k] for k in keys]
+        torch._foreach_add_(h, [d_sum[k] for k in keys], alpha=-self.kappa(len(good)))
+        # theta = mean_S w_i - h / alpha = phi + d - h / alpha
+        new = torch._foreach_add([phi[k] for k in keys], [d[k] for k in keys])
+        torch._foreach_add_(new, h, alpha=-1.0 / self.alpha)
+        return dict(zip(keys, new))
+
+
+class FedDynGcfedRule(FedDynRule):
+    """FedDyn as GC-Fed's code runs it: kappa = alpha / |S|^2."""
+
+    name = "feddyn-gcfed"
+    variant = "gcfed"
+    summary = ("FedDyn (GC-Fed's code): kappa = alpha/|S|^2, theta = mean - h/alpha "
+               "(docs/baselines.md#feddyn)")
+
+
+PAPER = ("Acar et al. Federated Learning Based on Dynamic Regularization (FedDyn), ICLR 2021 "
+         "https://arxiv.org/abs/2111.04263")
+register(FedDynTerm, FedDynRule, FedDynGcfedRule)
+register(Method("feddyn", PAPER, "feddyn", ("feddyn",), {"aggregation": "uniform"}),
+         Method("feddyn-fedacg", PAPER + "; as in FedACG's code", "feddyn", ("feddyn",),
+                {"aggregation": "uniform"}),
+         Method("feddyn-gcfed", PAPER + "; as in GC-Fed's code", "feddyn-gcfed", ("feddyn",),
+                {"aggregation": "uniform"}))
