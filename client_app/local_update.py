@@ -3,6 +3,7 @@
     opt = SGD(lr, momentum = local_momentum, weight_decay = wd)
     for k in 1..K:
         loss = alpha * CE(model(x), y) + the loss terms of the method's client parts
+               (a part may replace CE with its own task loss, e.g. FedLC's calibrated CE)
         loss.backward(); the parts' gradient corrections (e.g. FedProx's + beta * (w - phi))
         clip_grad_norm_(grad_clip); g[l] = P(g[l]) for l in LOCAL-GC; opt.step()
 
@@ -130,6 +131,7 @@ def local_update(
     ctx.model, ctx.params, ctx.lr = model, params, cfg.lr
     for part in parts:
         part.begin(ctx)
+    task_parts = [part for part in parts if part.has("task_loss")]
     local_gc = params[: cfg.local_gc_layers]
     opt = torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.local_momentum,
                           weight_decay=cfg.weight_decay)
@@ -146,7 +148,10 @@ def local_update(
         logits = model(xb)
         ce = F.cross_entropy(logits, yb)
         opt.zero_grad(set_to_none=False)
-        loss = cfg.alpha * ce
+        task = ce  # the reported train loss stays CE
+        for part in task_parts:
+            task = part.task_loss(ctx, logits, yb, task)
+        loss = cfg.alpha * task
         for part in parts:
             term = part.loss(ctx, logits, xb, yb)
             if term is not None:

@@ -18,7 +18,9 @@ class ClientPart:
     #local-update). Every hook is optional; the local update calls, in this order:
 
     begin(ctx)                       once per local update, model at phi, before the first step
-    loss(ctx, logits, x, y)          each step: a tensor added to alpha * CE before backward
+    task_loss(ctx, logits, y, loss)  each step: the task loss that replaces `loss` (CE, or what
+                                     an earlier part made of it) in alpha * task loss
+    loss(ctx, logits, x, y)          each step: a tensor added to alpha * task loss before backward
     correct_grad_(ctx)               each step: in place on the gradients, after backward and
                                      before clipping, local GC and the optimizer step
     end(ctx) -> {name: ArrayRecord}  after the last step: records added to the reply (`up`)
@@ -44,6 +46,9 @@ class ClientPart:
 
     def begin(self, ctx) -> None:
         pass
+
+    def task_loss(self, ctx, logits, y, loss):
+        return loss
 
     def loss(self, ctx, logits, x, y):
         return None
