@@ -3,11 +3,15 @@
     python -m reporting.sweep sweeps/digits.yaml             # run what is missing, then the table
     python -m reporting.sweep sweeps/digits.yaml --dry-run   # list the cells and what is done
     python -m reporting.sweep sweeps/digits.yaml --table-only
+    python -m reporting.sweep sweeps/digits.yaml --in-process  # no flwr run, no Ray: faster
 
 Each cell is one `flwr run <app> <connection> --stream --run-config <cell.toml>
 --federation-config "..."`, run in turn, against a simulation SuperLink the sweep starts on free
 loopback ports and stops at the end (also on an error or Ctrl-C), unless `connection` names one
 of your own (it must run on this machine: the sweep reads the run folders it writes).
+With `backend: in-process` (or `--in-process`) each cell instead runs the real ServerApp and
+ClientApp in this process through an in-memory grid (`server_app.inprocess`): same apps, same
+maths, same run folder, no SuperLink, no Ray, no message serialization.
 A cell whose run folder holds a complete results.json made from the same cell description is
 skipped, so a stopped sweep resumes where it was. The sweep file format is in docs/results.md
 ("Sweeps"); `SWEEP_KEYS` lists its keys.
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import re
 import shutil
@@ -56,7 +61,11 @@ SWEEP_KEYS = {
     "acc-at-rounds": "rounds of the 'Acc. at R' columns (default: the runs' acc-at-rounds)",
     "target-accs": "targets (%) of the 'Rounds to X%' columns (default: the runs' target-accs)",
     "cell-timeout": "seconds one cell may take before it is stopped (default: no limit)",
+    "backend": "flwr (default: each cell is a `flwr run`) or in-process (the real ServerApp and "
+               "ClientApp in the sweep's own process, through an in-memory grid)",
 }
+BACKENDS = ("flwr", "in-process")
+LOGS = {"flwr": "flwr-run.log", "in-process": "in-process.log"}  # each cell's output
 NOT_IN_CELLS = ("out-dir", "run-name", "seed")  # set by the sweep for every cell
 # Where a run is written and what its summary reports do not change the run: a finished cell
 # stays finished when only these change (the table is computed again from the rounds).
@@ -95,6 +104,7 @@ class Sweep:
     acc_at_rounds: list[int] | None = None
     target_accs: list[float] | None = None
     cell_timeout: float | None = None
+    backend: str = "flwr"
     failed: list[Cell] = field(default_factory=list)
 
 
@@ -152,7 +162,8 @@ def _numbers(value: Any, kind: type, where: str) -> list:
         raise SweepError(f"{where}: expected a list of {kind.__name__}s, got {value!r}") from None
 
 
-def load_sweep(path: Path, out_dir: Path | None = None, connection: str | None = None) -> Sweep:
+def load_sweep(path: Path, out_dir: Path | None = None, connection: str | None = None,
+               backend: str | None = None) -> Sweep:
     path = Path(path).resolve()
     spec = yaml.safe_load(path.read_text()) or {}
     if not isinstance(spec, dict):
@@ -162,6 +173,12 @@ def load_sweep(path: Path, out_dir: Path | None = None, connection: str | None =
         raise SweepError(f"{path}: unknown key(s) {unknown}; the keys are {sorted(SWEEP_KEYS)}")
     if not spec.get("methods") or not isinstance(spec["methods"], dict):
         raise SweepError(f"{path}: 'methods' must map each method's name to its run-config keys")
+    backend = backend or spec.get("backend") or "flwr"
+    if backend not in BACKENDS:
+        raise SweepError(f"{path}: backend {backend!r} is not one of {list(BACKENDS)}")
+    if backend == "in-process" and (connection or spec.get("connection")):
+        raise SweepError(f"{path}: 'connection' is for backend flwr; an in-process sweep runs "
+                         "no SuperLink (drop one of the two)")
     base = path.parent
     name = slug(spec.get("name") or path.stem)
     root = Path(out_dir or spec.get("out-dir") or "runs/sweeps").expanduser()
@@ -211,7 +228,7 @@ def load_sweep(path: Path, out_dir: Path | None = None, connection: str | None =
         if "acc-at-rounds" in spec else None,
         target_accs=_numbers(spec["target-accs"], float, "target-accs")
         if "target-accs" in spec else None,
-        cell_timeout=spec.get("cell-timeout"),
+        cell_timeout=spec.get("cell-timeout"), backend=backend,
     )
 
 
@@ -285,13 +302,84 @@ def run_cell(cell: Cell, sweep: Sweep, connection: str, env: dict[str, str], ech
                     subprocess.run(["flwr", "stop", run_id, connection], cwd=sweep.app, env=env,
                                    capture_output=True, timeout=60)
             proc.wait()
+    return finished(cell, echo)
+
+
+def num_nodes_of(federation_config: dict[str, Any]) -> int:
+    """The federation size of an in-process cell: `num-supernodes` (the one federation-config
+    key that means something without Ray; Flower's simulation default is 2)."""
+    for key in ("num-supernodes", "options.num-supernodes"):
+        if key in federation_config:
+            return int(federation_config[key])
+    return 2
+
+
+class CellTimeout(Exception):
+    """An in-process cell ran past cell-timeout."""
+
+
+class _EchoRounds(logging.Handler):
+    """Prints the round lines, the end line and a failure, as the flwr backend echoes them."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        line = record.getMessage()
+        if re.search(r"\[round \d+/\d+\]|Done:|Run failed:", line):
+            print("   ", line.rstrip(), flush=True)
+
+
+def run_cell_in_process(cell: Cell, sweep: Sweep, echo: bool) -> bool:
+    """Run one cell in this process (`server_app.inprocess`); True when it left a complete
+    results.json. The ServerApp's log goes to the cell's in-process.log (and its round lines to
+    the console with `echo`); the run-config.toml it writes also serves `flwr run`."""
+    from server_app.inprocess import run_in_process
+
+    cell.run_dir.mkdir(parents=True, exist_ok=True)
+    for stale in ("results.json", "sweep-cell.json"):
+        (cell.run_dir / stale).unlink(missing_ok=True)
+    (cell.run_dir / "run-config.toml").write_text(
+        "".join(f"{k} = {toml_value(v)}\n" for k, v in cell.run_config.items()))
+    logger = logging.getLogger("flwr")
+    saved = logger.handlers[:], logger.level
+    with open(cell.run_dir / LOGS["in-process"], "w") as log_file:
+        to_file = logging.StreamHandler(log_file)
+        to_file.setFormatter(logging.Formatter("%(levelname)s %(asctime)s: %(message)s"))
+        logger.handlers = [to_file] + ([_EchoRounds()] if echo else [])
+        logger.setLevel(logging.DEBUG)
+
+        def timed_out(signum, frame):
+            raise CellTimeout(f"cell took longer than cell-timeout = {sweep.cell_timeout} s")
+
+        if sweep.cell_timeout:
+            previous = signal.signal(signal.SIGALRM, timed_out)
+            signal.setitimer(signal.ITIMER_REAL, float(sweep.cell_timeout))
+        try:
+            run_in_process(cell.run_config, num_nodes_of(cell.federation_config))
+        except KeyboardInterrupt:
+            raise
+        except Exception as err:  # the ServerApp marked the run folder failed (if it made one)
+            log_file.write(f"{type(err).__name__}: {err}\n")
+            if isinstance(err, CellTimeout):
+                print(f"    {err}: stopped", flush=True)
+        finally:
+            if sweep.cell_timeout:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                signal.signal(signal.SIGALRM, previous)
+            logger.handlers = saved[0]
+            logger.setLevel(saved[1])
+    return finished(cell, echo)
+
+
+def finished(cell: Cell, echo: bool) -> bool:
+    """True when the cell's run folder holds a complete results.json (then sweep-cell.json is
+    written); else, with `echo`, print what results.json says and the end of the log."""
     state = run_state(cell.run_dir)  # `flwr run` exits 0 also when the run failed
     if state["state"] == "complete":
         (cell.run_dir / "sweep-cell.json").write_text(json.dumps(cell.description(), indent=2))
         return True
     if echo:  # what results.json says, and the end of the log
         print("    " + describe(state), flush=True)
-        tail = (cell.run_dir / "flwr-run.log").read_text().splitlines()[-12:]
+        logs = [cell.run_dir / name for name in LOGS.values() if (cell.run_dir / name).exists()]
+        tail = logs[0].read_text().splitlines()[-12:] if logs else []
         print("\n".join("    | " + line for line in tail), flush=True)
     return False
 
@@ -312,7 +400,10 @@ def run_sweep(sweep: Sweep, echo: bool = True) -> None:
     for sig in previous:  # also when started in the background, where SIGINT is ignored
         signal.signal(sig, interrupted)
     try:
-        if sweep.connection:
+        if sweep.backend == "in-process":
+            connection, env = None, None
+            print("in-process: the ServerApp and ClientApp run in this process", flush=True)
+        elif sweep.connection:
             connection = sweep.connection
             env = {**os.environ, "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1"}
         else:
@@ -324,8 +415,9 @@ def run_sweep(sweep: Sweep, echo: bool = True) -> None:
                     f"{cell.method} / seed {cell.seed}"
             print(label, flush=True)
             t = time.monotonic()
-            ok = run_cell(cell, sweep, connection, env, echo)
-            status = "done" if ok else f"FAILED (see {cell.run_dir / 'flwr-run.log'})"
+            ok = run_cell_in_process(cell, sweep, echo) if sweep.backend == "in-process" \
+                else run_cell(cell, sweep, connection, env, echo)
+            status = "done" if ok else f"FAILED (see {cell.run_dir / LOGS[sweep.backend]})"
             print(f"    {status} in {time.monotonic() - t:.0f} s", flush=True)
             if not ok:
                 sweep.failed.append(cell)
@@ -382,31 +474,37 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out-dir", type=Path, help="overrides the file's out-dir")
     parser.add_argument("--connection",
                         help="use this SuperLink connection instead of starting one")
+    parser.add_argument("--in-process", action="store_true",
+                        help="backend in-process: run the cells in this process (no flwr run, "
+                             "no Ray), whatever the file's backend")
     parser.add_argument("--dry-run", action="store_true", help="list the cells and their state")
     parser.add_argument("--table-only", action="store_true",
                         help="only (re)write the table and plot")
     parser.add_argument("--quiet", action="store_true", help="do not echo the runs' round lines")
     args = parser.parse_args(argv)
     try:
-        sweep = load_sweep(args.sweep, args.out_dir, args.connection)
+        sweep = load_sweep(args.sweep, args.out_dir, args.connection,
+                           "in-process" if args.in_process else None)
     except SweepError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     if args.dry_run:
         for cell in sweep.cells:
             state = "done" if is_done(cell) else "to run"
-            print(f"{state:7s} {cell.setting or '-'} | {cell.method} | seed {cell.seed} | "
-                  + " ".join(command(cell, sweep, sweep.connection or "<own SuperLink>")))
+            how = " ".join(command(cell, sweep, sweep.connection or "<own SuperLink>")) \
+                if sweep.backend == "flwr" else "in-process, %d nodes" % num_nodes_of(
+                    cell.federation_config)
+            print(f"{state:7s} {cell.setting or '-'} | {cell.method} | seed {cell.seed} | {how}")
         return 0
     if not args.table_only:
-        if not shutil.which("flwr"):
+        if sweep.backend == "flwr" and not shutil.which("flwr"):
             print("error: the flwr command is not installed (pip install -e .)", file=sys.stderr)
             return 2
         try:
             run_sweep(sweep, echo=not args.quiet)
         except KeyboardInterrupt:
-            print("interrupted: the SuperLink was stopped; run the same command to resume",
-                  file=sys.stderr)
+            print("interrupted" + (": the SuperLink was stopped" if sweep.backend == "flwr"
+                                   else "") + "; run the same command to resume", file=sys.stderr)
             return 130
     try:
         md = write_report(sweep)

@@ -14,7 +14,8 @@ from pathlib import Path
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 
-from fakegrid import FakeGrid, client_app_handler
+from server_app.inprocess import InProcessGrid as FakeGrid
+from server_app.inprocess import client_app_handler
 
 # --- the client's local update ---------------------------------------------------------------
 

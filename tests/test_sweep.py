@@ -174,3 +174,42 @@ def test_stop_process_tree_reaches_processes_in_sessions_of_their_own(tmp_path):
             except ProcessLookupError:
                 pass
         root.wait()
+
+
+def test_in_process_sweep_runs_the_real_apps_and_resumes(tmp_path, capsys):
+    """backend in-process: every cell runs the ServerApp and ClientApp in this process and
+    leaves the run folder a `flwr run` cell leaves (results.json, run-config.toml, its log)."""
+    from reporting.sweep import main
+
+    grid = write(tmp_path / "tiny.yaml", {
+        "out-dir": str(tmp_path / "out"),
+        "federation-config": {"num-supernodes": 4},
+        "run-config": {"num-server-rounds": 2, "local-iterations": 2, "fraction-train": 0.5},
+        "seeds": [0],
+        "methods": {"FedAvg": {"method": "fedavg"}, "FedACG": {"method": "fedacg"}},
+        "acc-at-rounds": [1, 2],
+    })
+    assert main([str(grid), "--in-process", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "2 cells, 0 done, 2 to run" in out and "SuperLink" not in out
+    sweep_dir = tmp_path / "out" / "tiny"
+    rows = (sweep_dir / "table.md").read_text().strip().splitlines()[2:]
+    assert [r.split("|")[1].strip() for r in rows] == ["FedAvg", "FedACG"]
+    for run_dir in sorted(sweep_dir.glob("runs/*/seed-*")):
+        results = json.loads((run_dir / "results.json").read_text())
+        assert results["summary"]["complete"] and results["summary"]["rounds"] == 2
+        assert results["config"]["num-server-rounds"] == 2
+        assert results["config"]["seed"] == int(run_dir.name.split("-")[1])
+        assert [r["clients-replied"] for r in results["rounds"][1:]] == [2, 2]  # of 4
+        assert "[round 2/2]" in (run_dir / "in-process.log").read_text()
+        assert 'method = "' in (run_dir / "run-config.toml").read_text()  # also for flwr run
+    assert main([str(grid), "--in-process", "--quiet"]) == 0  # resumes: nothing to run
+    assert "2 cells, 2 done, 0 to run" in capsys.readouterr().out
+
+
+def test_in_process_sweep_refuses_a_connection_and_an_unknown_backend(tmp_path):
+    spec = {"methods": {"a": {"method": "fedavg"}}, "connection": "mine"}
+    with pytest.raises(SweepError, match="'connection' is for backend flwr"):
+        load_sweep(write(tmp_path / "grid.yaml", spec), backend="in-process")
+    with pytest.raises(SweepError, match="backend 'ray'"):
+        load_sweep(write(tmp_path / "grid.yaml", {**spec, "backend": "ray"}))
