@@ -3,6 +3,7 @@
     opt = SGD(lr, momentum = local_momentum, weight_decay = wd)
     for k in 1..K:
         loss = alpha * CE(model(x), y) + the loss terms of the method's client parts
+                (a part may replace CE with its own task loss, e.g. FedLC's calibrated CE)
         loss.backward()    (or a part's step_grad, e.g. FedSOL's gradient at a perturbed point)
         the parts' gradient corrections (e.g. FedProx's + beta * (w - phi))
         clip_grad_norm_(grad_clip); g[l] = P(g[l]) for l in LOCAL-GC; opt.step()
@@ -139,15 +140,20 @@ def local_update(
     ctx.model, ctx.params, ctx.lr = model, params, cfg.lr
     for part in parts:
         part.begin(ctx)
+    task_parts = [part for part in parts if part.has("task_loss")]
     # a part may run the forward pass (model_forward) or make the step's gradient (step_grad)
     forward = next((p.model_forward for p in parts if p.has("model_forward")), None)
     stepper = next((p for p in parts if p.has("step_grad")), None)
 
     def objective(xb, yb):
-        """The step's loss at the current weights: alpha * CE + the parts' loss terms."""
+        """The step's loss at the current weights: alpha * task loss (CE unless a part replaces
+        it) + the parts' loss terms."""
         logits = model(xb) if forward is None else forward(ctx, xb)
         ce = F.cross_entropy(logits, yb)
-        loss = cfg.alpha * ce
+        task = ce  # the reported train loss stays CE
+        for part in task_parts:
+            task = part.task_loss(ctx, logits, yb, task)
+        loss = cfg.alpha * task
         for part in parts:
             term = part.loss(ctx, logits, xb, yb)
             if term is not None:

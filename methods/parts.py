@@ -27,6 +27,9 @@ class ClientPart:
                                      the weights as they were; objective(x, y) -> (loss, logits,
                                      ce) is the loop's loss (alpha * CE + the parts' loss terms) at
                                      the current weights; returns what the train metrics count
+    task_loss(ctx, logits, y, loss)  each step: the task loss that replaces `loss` (CE, or what
+                                     an earlier part made of it) in alpha * task loss
+    loss(ctx, logits, x, y)          each step: a tensor added to alpha * task loss before backward
     correct_grad_(ctx)               each step: in place on the gradients, after backward and
                                      before clipping, local GC and the optimizer step
     end(ctx) -> {name: ArrayRecord}  after the last step: records added to the reply (`up`)
@@ -61,6 +64,8 @@ class ClientPart:
 
     def model_forward(self, ctx, x):
         return ctx.model(x)
+    def task_loss(self, ctx, logits, y, loss):
+        return loss
 
     def loss(self, ctx, logits, x, y):
         return None

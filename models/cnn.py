@@ -8,6 +8,7 @@ from torch import nn
 
 class CNN(nn.Module):
     classifier_names = ("fc2.weight", "fc2.bias")
+    conv_map_layer = "fc1"  # its input is the flattened conv map (models.features 'conv-map')
 
     def __init__(self, in_shape: tuple[int, ...], num_classes: int):
         super().__init__()

@@ -137,6 +137,27 @@ KEYS: tuple[Key, ...] = (
         "client", choices=("auto", "cpu", "cuda"), resume_may_differ=True),
     # --- baselines' knobs (docs/baselines.md): one block per group of methods ---
     # (local-objective baselines: MOON, FedLC, FedNTD, FedDecorr)
+    Key("moon-mu", float, 1.0, "MOON: weight mu of the model-contrastive term "
+        "(docs/baselines.md#moon).", "client", low=0.0),
+    Key("moon-tau", float, 0.5, "MOON: temperature of the cosine similarities.", "client",
+        low=0.0, low_open=True),
+    Key("lc-tau", float, PRESET, "FedLC: calibration strength tau, logits f_c - tau * "
+        "n_c^(-1/4) (docs/baselines.md#fedlc); fedlc-fedacg 1, fedlc-gcfed 0.1.", "client",
+        choices=_P, low=0.0),
+    Key("ntd-beta", float, PRESET, "FedNTD: weight beta of the not-true distillation term "
+        "(docs/baselines.md#fedntd); fedntd-fedacg 0.3, fedntd-gcfed 1.", "client", choices=_P,
+        low=0.0, high=1.0),
+    Key("ntd-tau", float, 1.0, "FedNTD: distillation temperature tau.", "client", low=0.0,
+        low_open=True),
+    Key("ntd-form", str, PRESET, "FedNTD: 'fedacg' = (1 - beta) CE + beta KL (FedACG code), "
+        "'gcfed' = CE + beta tau^2 KL (GC-Fed and FedNTD code).", "client",
+        choices=("preset", "fedacg", "gcfed")),
+    Key("decorr-beta", float, PRESET, "FedDecorr: weight beta of the decorrelation term "
+        "(docs/baselines.md#feddecorr); feddecorr-fedacg 0.01, feddecorr-gcfed 0.001.", "client",
+        choices=_P, low=0.0),
+    Key("decorr-features", str, PRESET, "FedDecorr: the features decorrelated: the penultimate "
+        "ones, or (GC-Fed code) the flattened conv map for the CNN and the penultimate ones "
+        "otherwise.", "client", choices=("preset", "penultimate", "conv-map")),
 
     # (local-objective baselines: FedSOL, FedMLB)
     Key("sol-rho", float, 1.0, "FedSOL's perturbation size rho (docs/baselines.md#fedsol); "

@@ -18,7 +18,8 @@ TOPICS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("Baselines",
      "The knobs of the baselines the papers compare with ([baselines](baselines.md)).",
      (  # one line per group of methods
-      # MOON, FedLC, FedNTD, FedDecorr
+      "moon-mu", "moon-tau", "lc-tau", "ntd-beta", "ntd-tau", "ntd-form", "decorr-beta",
+      "decorr-features",  # MOON, FedLC, FedNTD, FedDecorr
       # FedSOL, FedMLB
       "sol-rho", "mlb-lambda1", "mlb-lambda2", "mlb-temperature",
       "feddyn-alpha", "feddc-alpha",  # SCAFFOLD, FedDyn, FedDC

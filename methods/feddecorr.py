@@ -1,0 +1,74 @@
+"""FedDecorr (Shi et al. 2023, https://arxiv.org/abs/2210.00226): a penalty on the correlation
+of the batch's feature dimensions (docs/baselines.md#feddecorr),
+L = CE + beta * L_dec with L_dec = mean of the squared off-diagonal entries of Zh^T Zh, divided
+by the batch size N (Zh: each feature column standardised over the batch).
+
+Variants: `feddecorr-fedacg` (beta = 0.01, penultimate features, FedACG's code) and
+`feddecorr-gcfed` (beta = 0.001, the CNN's flattened conv map, GC-Fed's code, uniform client
+weights); `feddecorr` is `feddecorr-fedacg`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from . import momentum  # noqa: F401  (registers the server rule)
+from .parts import ClientPart, Method
+from .registry import BASE_PRESET, register
+
+if TYPE_CHECKING:
+    import torch
+
+EPS = 1e-8  # added to the variance before the square root (both codes)
+
+
+def decorrelation_loss(z: torch.Tensor) -> torch.Tensor:
+    """L_dec of the features `z` (N x d, flattened beyond dim 1): 0 when N = 1 or d = 1."""
+    import torch
+
+    z = z.flatten(1)
+    n, d = z.shape
+    if n == 1 or d == 1:
+        return z.sum() * 0.0
+    zh = (z - z.mean(dim=0, keepdim=True)) / torch.sqrt(EPS + z.var(dim=0, keepdim=True))
+    m = zh.T @ zh  # M = Zh^T Zh (d x d)
+    off_diagonal_sq = (m ** 2).sum() - (torch.diagonal(m) ** 2).sum()
+    return off_diagonal_sq / (d * (d - 1)) / n
+
+
+class FeatureDecorrelation(ClientPart):
+    """beta * L_dec of the batch's features, read from the same forward pass as the logits."""
+
+    name = "feddecorr"
+    keys = ("decorr-beta", "decorr-features")
+
+    def __init__(self, cfg) -> None:
+        super().__init__(cfg)
+        self.beta, self.where = float(cfg["decorr-beta"]), cfg["decorr-features"]
+
+    def begin(self, ctx) -> None:
+        from models.features import FeatureTap
+
+        self.tap = FeatureTap(ctx.model, self.where) if self.beta > 0 else None
+
+    def loss(self, ctx, logits, x, y):
+        if self.tap is None:
+            return None
+        return self.beta * decorrelation_loss(self.tap.features)
+
+    def end(self, ctx) -> dict:
+        if self.tap is not None:
+            self.tap.remove()
+        return {}
+
+
+BASE_PRESET.setdefault("decorr-beta", 0.01)  # values under a method that does not set them
+BASE_PRESET.setdefault("decorr-features", "penultimate")
+PAPER = "Shi 2023 https://arxiv.org/abs/2210.00226"  # FedDecorr, ICLR 2023
+FEDACG = {"decorr-beta": 0.01, "decorr-features": "penultimate"}
+register(FeatureDecorrelation,
+         Method("feddecorr", PAPER, "momentum", ("feddecorr",), FEDACG),
+         Method("feddecorr-fedacg", PAPER + " (FedACG code)", "momentum", ("feddecorr",),
+                FEDACG),
+         Method("feddecorr-gcfed", PAPER + " (GC-Fed code)", "momentum", ("feddecorr",),
+                {"decorr-beta": 0.001, "decorr-features": "conv-map", "aggregation": "uniform"}))

@@ -1,0 +1,79 @@
+"""FedNTD (Lee et al. 2022, https://arxiv.org/abs/2106.03097): not-true distillation from the
+received model phi (docs/baselines.md#fedntd). The true class's column is dropped from the
+student's and the teacher's logits; the teacher's softened not-true distribution p is distilled
+into the student's q with KL(p || q).
+
+Variants (`ntd-form`): `fedntd-fedacg` = (1 - beta) CE + beta KL, beta = 0.3 (FedACG's code);
+`fedntd-gcfed` = CE + beta tau^2 KL, beta = 1 (GC-Fed's and FedNTD's code, uniform client
+weights). `fedntd` is `fedntd-fedacg`. tau = 1 in both.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from . import momentum  # noqa: F401  (registers the server rule)
+from .parts import ClientPart, Method
+from .registry import BASE_PRESET, register
+
+if TYPE_CHECKING:
+    import torch
+
+
+def not_true_logits(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """`logits` (N x C) without the column of each row's true class: N x (C - 1)."""
+    import torch
+
+    keep = torch.ones_like(logits, dtype=torch.bool).scatter_(1, y.long().unsqueeze(1), False)
+    return logits[keep].view(logits.shape[0], logits.shape[1] - 1)
+
+
+def not_true_kl(student: torch.Tensor, teacher: torch.Tensor, y: torch.Tensor,
+                tau: float) -> torch.Tensor:
+    """KL(p || q), batch mean: p = softmax(nt(teacher) / tau), q = softmax(nt(student) / tau)."""
+    import torch.nn.functional as F
+
+    p = F.softmax(not_true_logits(teacher, y) / tau, dim=1)
+    log_q = F.log_softmax(not_true_logits(student, y) / tau, dim=1)
+    return F.kl_div(log_q, p, reduction="batchmean")
+
+
+class NotTrueDistillation(ClientPart):
+    """beta KL(p || q) from the frozen teacher phi (times tau^2 in the 'gcfed' form); in the
+    'fedacg' form the task loss is scaled by (1 - beta)."""
+
+    name = "fedntd"
+    keys = ("ntd-beta", "ntd-tau", "ntd-form")
+
+    def __init__(self, cfg) -> None:
+        super().__init__(cfg)
+        self.beta, self.tau = float(cfg["ntd-beta"]), float(cfg["ntd-tau"])
+        self.form = cfg["ntd-form"]
+        # weight of the KL term
+        self.kl_weight = self.beta * (self.tau ** 2 if self.form == "gcfed" else 1.0)
+
+    def begin(self, ctx) -> None:
+        self.teacher = ctx.teacher() if self.beta > 0 else None
+
+    def task_loss(self, ctx, logits, y, loss):
+        return (1 - self.beta) * loss if self.form == "fedacg" else loss
+
+    def loss(self, ctx, logits, x, y):
+        import torch
+
+        if self.teacher is None:
+            return None
+        with torch.no_grad():
+            teacher_logits = self.teacher(x)
+        return self.kl_weight * not_true_kl(logits, teacher_logits, y, self.tau)
+
+
+BASE_PRESET.setdefault("ntd-beta", 0.3)  # values under a method that does not set them
+BASE_PRESET.setdefault("ntd-form", "fedacg")
+PAPER = "Lee 2022 https://arxiv.org/abs/2106.03097"  # FedNTD, NeurIPS 2022
+FEDACG = {"ntd-beta": 0.3, "ntd-form": "fedacg"}
+register(NotTrueDistillation,
+         Method("fedntd", PAPER, "momentum", ("fedntd",), FEDACG),
+         Method("fedntd-fedacg", PAPER + " (FedACG code)", "momentum", ("fedntd",), FEDACG),
+         Method("fedntd-gcfed", PAPER + " (GC-Fed code)", "momentum", ("fedntd",),
+                {"ntd-beta": 1.0, "ntd-form": "gcfed", "aggregation": "uniform"}))

@@ -1,0 +1,32 @@
+"""MOON, FedLC, FedNTD and FedDecorr (docs/baselines.md), each variant once through `flwr run`
+against a simulation SuperLink of the test's own: 2 rounds on digits, 4 nodes."""
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from reporting.superlink import CONNECTION
+from test_simulation import superlink  # noqa: F401 - the module-scoped SuperLink fixture
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize("method", ["moon", "fedlc-fedacg", "fedlc-gcfed", "fedntd-fedacg",
+                                    "fedntd-gcfed", "feddecorr-fedacg", "feddecorr-gcfed"])
+def test_flwr_run_each_variant(superlink, method):  # noqa: F811
+    env, home = superlink
+    run_config = (f"method='{method}' num-server-rounds=2 local-iterations=2 fraction-train=0.5 "
+                  f"out-dir='{home}/runs' run-name='{method}'")
+    out = subprocess.run(
+        ["flwr", "run", ".", CONNECTION, "--stream", "--federation-config", "num-supernodes=4",
+         "--run-config", run_config],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "[round 2/2] test-acc" in out.stdout, out.stdout[-3000:] + out.stderr[-3000:]
+    results = json.loads((Path(home) / "runs" / method / "results.json").read_text())
+    assert results["status"] == "complete"
+    assert results["config"]["method"] == method
+    assert results["config"]["client-objective"] == method.split("-")[0]
