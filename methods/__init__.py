@@ -17,6 +17,7 @@ from .registry import (BASE_PRESET, CLIENT_PARTS, METHODS, SERVER_RULES, check_p
 from . import fedavg, fedprox, fedavgm, fedacg, fedagm  # noqa: E402,F401,I001
 from . import localgc, globalgc, gcfed, fedacg_gcfed  # noqa: E402,F401
 from . import fedadam, fedyogi, fedadagrad  # noqa: E402,F401
+from . import fedcm, fedvarp, fedpaq  # noqa: E402,F401
 
 __all__ = ["BASE_PRESET", "CLIENT_PARTS", "ClientPart", "Config", "METHODS", "Method",
            "SERVER_RULES", "ServerRule", "check_parts", "client_part_names", "method_names",

@@ -88,6 +88,12 @@ class ServerRule:
     # Switches it supports that no paper combines with it: switch -> why (as ClientPart.untested)
     untested: ClassVar[dict[str, str]] = {}
     summary: ClassVar[str] = ""  # one line for the method table
+    # N, the number of clients (partitions) of the federation: set by the round loop before
+    # each `aggregate` (rules such as SCAFFOLD's and FedDyn's weigh by it)
+    num_clients: int = 0
+    # the client (partition) of each good reply, in `good`'s order: set by the round loop
+    # before each `aggregate` (rules with a per-client table, such as FedVARP's)
+    client_ids: list = []
 
     def __init__(self, cfg: Config, model) -> None:
         self.cfg = cfg

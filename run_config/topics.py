@@ -22,6 +22,7 @@ TOPICS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
       # FedSOL, FedMLB
       # SCAFFOLD, FedDyn, FedDC
       # FedCM, FedVARP, FedPAQ
+      "fedcm-alpha", "fedvarp-memory-mb", "uplink-bits", "uplink-tensors",
       )),
     ("Local training",
      "The clients' optimizer ([local update](algorithms.md#local-update)).",
