@@ -25,7 +25,7 @@ from typing import Any
 
 from . import momentum  # noqa: F401  (registers the server rule)
 from . import fedprox  # noqa: F401  (registers the proximal term)
-from .parts import Method
+from .parts import ClientPart, Method
 from .registry import register
 
 NORMS = "fedpaq.norms"  # the reply's array of per-tensor norms
@@ -109,28 +109,20 @@ def round_generator(seed: int, server_round: int, partition_id: int):
 
 
 # --- the client's side -----------------------------------------------------------------------
-class UplinkQuantizer:
-    """Put first among the local update's parts: `begin` keeps phi, `end` (before the method's
-    own `end` hooks) replaces the model by phi + Q(w_K - phi) and keeps the codes for the reply."""
+class UplinkQuantizer(ClientPart):
+    """Put first among the local update's parts (not registered: uplink-bits adds it to any
+    method): `begin` keeps phi, `end` (before the method's own `end` hooks) replaces the model
+    by phi + Q(w_K - phi) and keeps the codes for the reply."""
 
     name = "uplink-quantizer"
 
     def __init__(self, cfg: dict) -> None:
+        super().__init__(cfg)
         self.bits, self.tensors, self.seed = cfg["uplink-bits"], cfg["uplink-tensors"], cfg["seed"]
-
-    @staticmethod
-    def has(hook: str) -> bool:
-        return hook in ("begin", "end")
 
     def begin(self, ctx) -> None:
         self.phi = {k: v.detach().clone() for k, v in ctx.model.state_dict().items()}
         self.names = quantized_names(self.phi, self.tensors)
-
-    def loss(self, ctx, logits, x, y):
-        return None
-
-    def correct_grad_(self, ctx) -> None:
-        pass
 
     def end(self, ctx) -> dict:
         import torch
