@@ -20,6 +20,7 @@ from flwr.clientapp import ClientApp
 from feddata.augment import TrainTransform
 from feddata.disk_cache import cache_dir, load_prepared_partition
 from feddata.specs import DATASET_BY_NAME
+from methods.fedpaq import uplink_quantizer
 from models import build_model
 from models.evaluation import evaluate as evaluate_model
 from models.wire import state_view
@@ -114,11 +115,14 @@ def train(msg: Message, context: Context) -> Message:
     ctx = LocalContext(down=down, state=context.state, server_round=server_round,
                        partition_id=pid, train_y=train_y, num_classes=data.num_classes,
                        num_partitions=num_partitions, store=store)
-    metrics = local_update(model, train_x, train_y, local, gen, transform, client.parts, ctx)
+    codec = uplink_quantizer(cfg)  # FedPAQ's uplink-bits (docs/baselines.md#fedpaq), else None
+    parts = client.parts if codec is None else (codec, *client.parts)  # (its end() runs first)
+    metrics = local_update(model, train_x, train_y, local, gen, transform, parts, ctx)
     # local compute only (ends synchronized: .item())
     metrics["train-seconds"] = time.perf_counter() - t
     metrics["num-examples"] = len(data.train_y)
-    content = RecordDict({"arrays": ArrayRecord(model.state_dict()),
+    arrays = ArrayRecord(model.state_dict()) if codec is None else codec.reply_arrays(model)
+    content = RecordDict({"arrays": arrays,
                           "metrics": MetricRecord(metrics),
                           **ctx.up})  # the method's extra records (none for most methods)
     return Message(content=content, reply_to=msg)

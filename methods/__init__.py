@@ -20,6 +20,7 @@ from . import fedadam, fedyogi, fedadagrad  # noqa: E402,F401
 from . import fedsol, fedmlb  # noqa: E402,F401
 from . import scaffold, feddyn, feddc  # noqa: E402,F401
 from . import moon, fedlc, fedntd, feddecorr  # noqa: E402,F401
+from . import fedcm, fedvarp, fedpaq  # noqa: E402,F401
 
 __all__ = ["BASE_PRESET", "CLIENT_PARTS", "ClientPart", "Config", "METHODS", "Method",
            "SERVER_RULES", "ServerRule", "check_parts", "client_part_names", "method_names",

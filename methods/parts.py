@@ -118,6 +118,9 @@ class ServerRule:
     # N, the number of clients (partitions) of the federation: set by the round loop before
     # each `aggregate` (rules such as SCAFFOLD's and FedDyn's weigh by it)
     num_clients: int = 0
+    # the client (partition) of each good reply, in `good`'s order: set by the round loop
+    # before each `aggregate` (rules with a per-client table, such as FedVARP's)
+    client_ids: list = []
 
     def __init__(self, cfg: Config, model) -> None:
         self.cfg = cfg

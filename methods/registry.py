@@ -15,7 +15,7 @@ CLIENT_PARTS: dict[str, type[ClientPart]] = {}
 # (docs/algorithms.md #presets).
 BASE_PRESET: dict[str, Any] = {
     "lookahead": False, "lam": 0.0, "eta": 1.0, "beta": 0.0, "local-gc": "none",
-    "global-gc": "none", "aggregation": "examples",
+    "global-gc": "none", "aggregation": "examples", "uplink-bits": 0,
 }
 
 

@@ -178,6 +178,19 @@ KEYS: tuple[Key, ...] = (
         low_open=True),
 
     # (FedCM, FedVARP, FedPAQ uplink codec)
+    Key("fedcm-alpha", float, 0.1, "FedCM's a: the client steps along a * gradient + (1 - a) * "
+        "Delta, Delta the server's average gradient of the last round (docs/baselines.md#fedcm).",
+        "client", low=0.0, high=1.0),
+    Key("fedvarp-memory-mb", float, 2048.0, "FedVARP keeps the last update of every client (N "
+        "models): in memory up to this many MB, beyond in a memory-mapped file next to the runs "
+        "(docs/baselines.md#fedvarp).", "server", low=0.0, resume_may_differ=True),
+    Key("uplink-bits", int, PRESET, "FedPAQ uplink quantization: each client sends d_i = w - phi "
+        "quantized to this many bits per element (s = 2^(b-1) levels, stochastic rounding); 0 = "
+        "off (docs/baselines.md#fedpaq).", "client", choices=_P, low=0, high=16),
+    Key("uplink-tensors", str, "all", "Which tensors uplink-bits quantizes: every float tensor, "
+        "or the gymlab code's conv weights without the stem (gymlab) or with the stem conv and the "
+        "classifier weight (gymlab-first-last); the others are sent in fp32.", "client",
+        choices=("all", "gymlab", "gymlab-first-last")),
 
     # --- federation ---
     Key("num-server-rounds", int, 30, "Number of rounds T (with resume: the round to end at).",

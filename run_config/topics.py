@@ -24,6 +24,7 @@ TOPICS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
       "sol-rho", "mlb-lambda1", "mlb-lambda2", "mlb-temperature",
       "feddyn-alpha", "feddc-alpha",  # SCAFFOLD, FedDyn, FedDC
       # FedCM, FedVARP, FedPAQ
+      "fedcm-alpha", "fedvarp-memory-mb", "uplink-bits", "uplink-tensors",
       )),
     ("Local training",
      "The clients' optimizer ([local update](algorithms.md#local-update)).",

@@ -9,6 +9,7 @@ from torch import nn
 
 import methods
 from feddata.population import ClientPopulation
+from methods.fedpaq import uplink_decoder
 
 from methods.registry import parse_objective
 
@@ -37,7 +38,9 @@ def build_strategy(cfg: dict[str, Any], model: nn.Module, **fedavg_kwargs) -> Me
         update_norm_ratio=cfg["update-norm-ratio"], num_examples_ratio=cfg["num-examples-ratio"],
         fraction_train=cfg["fraction-train"], fraction_evaluate=cfg["fraction-evaluate"],
         min_train_nodes=cfg["min-train-nodes"], min_evaluate_nodes=cfg["min-evaluate-nodes"],
-        min_available_nodes=cfg["min-train-nodes"], **fedavg_kwargs,
+        min_available_nodes=cfg["min-train-nodes"],
+        uplink=uplink_decoder(cfg),  # FedPAQ: w_i = phi + Q(d_i) before screening
+        **fedavg_kwargs,
     )
 
 

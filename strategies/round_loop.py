@@ -56,7 +56,7 @@ class MethodStrategy(RoundConfig, FedAvg):
     def __init__(self, rule, *, nodes: Nodes | None = None, lr: float = 0.1,
                  lr_decay: float = 1.0, min_train_clients: int = 1, max_update_norm: float = 0.0,
                  update_norm_ratio: float = 10.0, num_examples_ratio: float = 10.0,
-                 client_state=None, **fedavg_kwargs) -> None:
+                 client_state=None, uplink=None, **fedavg_kwargs) -> None:
         fedavg_kwargs.setdefault("min_available_nodes", fedavg_kwargs.get("min_train_nodes", 2))
         super().__init__(**fedavg_kwargs)
         self.rule = rule
@@ -73,6 +73,8 @@ class MethodStrategy(RoundConfig, FedAvg):
         self.round_metrics_fn: Callable[[int, MetricRecord], None] | None = None
         # strategies.client_state.ClientStateRounds when a client part keeps per-client state
         self.client_state = client_state
+        # methods.fedpaq.UplinkDecoder with uplink-bits > 0: decodes the replies' models
+        self.uplink = uplink
 
     def summary(self) -> None:
         log(INFO, "\t├──> Server rule: %s", self.rule.describe())
@@ -199,6 +201,8 @@ class MethodStrategy(RoundConfig, FedAvg):
         replies = list(replies)
         if self.client_state:  # a client lacks the state the run continues from: stop
             self.client_state.check_errors(replies)
+        if self.uplink is not None:  # w_i = phi + Q(d_i), before anything looks at the models
+            self.uplink.decode_replies(replies, self._phi)
         up = self._take_up_records(replies)  # screening sees the model alone
         screened = screen_replies(server_round, replies, self._sent, self._phi,
                                   self.weighted_by_key, self.max_update_norm,
@@ -215,6 +219,7 @@ class MethodStrategy(RoundConfig, FedAvg):
                     f"min-train-clients = {self.min_train_clients}")
         else:
             self.rule.num_clients = self.nodes.num_slots  # N: the partitions of the federation
+            self.rule.client_ids = self._partitions_of(screened.good)
             arrays, skip = self.rule.aggregate(server_round, screened.good, self._phi,
                                                [up.get(id(m), {}) for m, _, _ in screened.good])
         if skip is not None:
@@ -234,6 +239,16 @@ class MethodStrategy(RoundConfig, FedAvg):
         if self.round_metrics_fn:
             self.round_metrics_fn(server_round, metrics)
         return arrays, metrics
+
+    def _partitions_of(self, good: list) -> list[int | None]:
+        """The partition (client) of each good reply: the one its train message named, else
+        its node's (None when unknown)."""
+        sent = {}
+        for msg in self._sent:
+            pid = msg.content[self.configrecord_key].get(
+                "partition-id", self.nodes.partition_of.get(msg.metadata.dst_node_id))
+            sent[msg.metadata.message_id] = None if pid is None else int(pid)
+        return [sent.get(msg.metadata.reply_to_message_id) for msg, _, _ in good]
 
     def _take_up_records(self, replies: list[Message]) -> dict[int, dict[str, ArrayRecord]]:
         """Remove the server rule's extra records (`rule.up`) from the replies: reply id -> them.

@@ -21,8 +21,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_every_shipped_setup_is_valid_and_carries_the_papers_numbers():
     names = setup_names()
-    assert len(names) == 50
-    for prefix, count in (("fedacg-", 13), ("fedagm-", 12), ("gcfed-t5-", 9), ("gcfed-t6-", 16)):
+    assert len(names) == 52
+    for prefix, count in (("fedacg-", 15), ("fedagm-", 12), ("gcfed-t5-", 9), ("gcfed-t6-", 16)):
         assert sum(n.startswith(prefix) for n in names) == count, prefix
     for name in names:
         s = load_setup(name)

@@ -1,0 +1,188 @@
+"""FedVARP (Jhunjhunwala, Sharma, Nagarkatti, Joshi, UAI 2022, https://arxiv.org/abs/2207.14130):
+server-side variance reduction with the last update of every client (docs/baselines.md#fedvarp).
+
+    v     = y + mean_{i in S} (d_i - y_i)
+    theta = theta + eta * v
+    y     = y + (1/N) sum_{i in S} (d_i - y_i);   y_i = d_i   for i in S
+
+`y_j` is the last update d_j of client j (0 before its first round), `y = (1/N) sum_j y_j`. Clients
+run FedAvg's local update; 1x each way. The server keeps N + 1 models: in memory up to
+`fedvarp-memory-mb`, beyond in a memory-mapped file (`UpdateTable`); the table is part of the
+checkpoint, so a resumed run is exact.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Any
+
+from .parts import Method, ServerRule
+from .registry import register
+
+WHY_NOT = "FedVARP has its own server rule; no paper adds it"
+
+
+class UpdateTable:
+    """N flat float32 rows (y_j), zero at first: a tensor in memory, or a memory-mapped file
+    (unlinked at once: the space is freed when the process ends) when larger than `limit_mb`."""
+
+    def __init__(self, rows: int, cols: int, limit_mb: float, folder: str = ".") -> None:
+        import numpy as np
+        import torch
+
+        self.rows, self.cols = rows, cols
+        self.bytes = rows * cols * 4
+        self.on_disk = self.bytes > limit_mb * 1e6
+        if self.on_disk:
+            os.makedirs(folder, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=folder, prefix=".fedvarp-", suffix=".f32") as f:
+                f.truncate(self.bytes)  # sparse: zeros, no disk used until written
+                self._map = np.memmap(f, dtype=np.float32, mode="r+", shape=(rows, cols))
+            self.data = torch.from_numpy(self._map)  # (the name is gone; the mapping stays)
+        else:
+            self.data = torch.zeros(rows, cols)
+
+    def __getitem__(self, j: int):
+        return self.data[j]
+
+    def __setitem__(self, j: int, value) -> None:
+        self.data[j].copy_(value)
+
+
+class FedVARPRule(ServerRule):
+    """theta += eta * (y + mean_S(d_i - y_i)); the table of the last update of every client."""
+
+    name = "fedvarp"
+    keys = ("eta", "aggregation", "fedvarp-memory-mb")
+    supports = frozenset({"aggregation=uniform", "resume"})
+    summary = ("variance reduction with the last update of every client "
+               "(docs/baselines.md#fedvarp)")
+
+    def __init__(self, cfg, model) -> None:
+        super().__init__(cfg, model)
+        if cfg["aggregation"] != "uniform":
+            from run_config import ConfigError
+
+            raise ConfigError("run config 'aggregation' = 'examples': server-rule 'fedvarp' "
+                              "averages uniformly over the sampled clients (y is the plain mean "
+                              "of the N clients' updates); set aggregation = 'uniform'")
+        self.eta = float(cfg["eta"])
+        self.limit_mb = float(cfg["fedvarp-memory-mb"])
+        self.folder = cfg.get("out-dir") or "."
+        self.theta = self.y = self.table = None
+        self.seen: set[int] = set()  # clients whose y_j is not 0 (any more)
+
+    def describe(self) -> str:
+        where = "" if self.table is None else \
+            f", table {self.table.bytes / 1e6:.1f} MB {'on disk' if self.table.on_disk else ''}"
+        return f"fedvarp: eta={self.eta}{where}"
+
+    # --- flat views ----------------------------------------------------------------------------
+    def _keys(self):
+        return [k for k, v in self.theta.items() if v.is_floating_point()]
+
+    def _flat(self, state: dict):
+        import torch
+
+        return torch.cat([state[k].reshape(-1).to(torch.float32) for k in self._keys()])
+
+    def _unflat(self, flat) -> dict:
+        out, at = {}, 0
+        for k in self._keys():
+            n = self.theta[k].numel()
+            out[k] = flat[at:at + n].reshape(self.theta[k].shape).to(self.theta[k].dtype)
+            at += n
+        return out
+
+    # --- the rule ------------------------------------------------------------------------------
+    def start(self, theta_record) -> None:
+        self.theta = dict(theta_record.to_torch_state_dict())
+        self._record = theta_record
+        self.y = self.table = None
+        self.seen = set()
+
+    def theta_record(self):
+        return self._record
+
+    def broadcast(self, server_round: int):
+        return self._record, self.theta
+
+    def _table(self, num_clients: int):
+        import torch
+
+        if self.table is None:
+            cols = sum(self.theta[k].numel() for k in self._keys())
+            self.table = UpdateTable(num_clients, cols, self.limit_mb, self.folder)
+            self.y = torch.zeros(cols)
+        return self.table
+
+    def aggregate(self, server_round: int, good: list, phi: dict, up: list):
+        from flwr.app import ArrayRecord
+
+        ids = list(getattr(self, "client_ids", []) or [])
+        if len(ids) != len(good) or any(j is None for j in ids):
+            return None, "FedVARP needs the partition of every reply (the round loop's client_ids)"
+        n_clients = self.num_clients or 0
+        if n_clients < len(set(ids)) or max(ids) >= n_clients:
+            return None, f"N = {n_clients} clients known, partitions {sorted(ids)} do not fit"
+        table = self._table(n_clients)
+        if table.rows != n_clients:
+            return None, f"the federation has {n_clients} clients, the table {table.rows}"
+        d = [self._flat(model) - self._flat(phi) for _, model, _ in good]
+        v, self.y = varp_step(self.y, table, ids, d, n_clients)
+        step = self._unflat(v)
+        for k, dv in step.items():
+            self.theta[k] = self.theta[k] + self.eta * dv
+        self.seen.update(ids)
+        for k, value in good[0][1].items():  # non-float buffers: from the first reply
+            if not value.is_floating_point():
+                self.theta[k] = value
+        self._record = ArrayRecord(self.theta)
+        return self._record, None
+
+    def state_dict(self) -> dict[str, Any]:
+        copy = lambda state: {k: v.clone() for k, v in state.items()}  # noqa: E731
+        state = {"theta": copy(self.theta), "phi": copy(self.theta)}
+        if self.table is not None:  # rows of clients never seen are 0: only the others are kept
+            seen = sorted(self.seen)
+            state["fedvarp"] = {"y": self.y.clone(), "num-clients": self.table.rows,
+                                "clients": seen, "rows": self.table.data[seen].clone()}
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        from flwr.app import ArrayRecord
+
+        if "theta" not in state:
+            raise ValueError("the checkpoint lacks the fedvarp rule's state 'theta'")
+        self.theta = {k: v.clone() for k, v in state["theta"].items()}
+        self._record = ArrayRecord(self.theta)
+        self.table, self.y, self.seen = None, None, set()
+        saved = state.get("fedvarp")
+        if saved is not None:
+            self._table(int(saved["num-clients"]))
+            self.y = saved["y"].clone()
+            for row, j in enumerate(saved["clients"]):
+                self.table[j] = saved["rows"][row]
+            self.seen = set(saved["clients"])
+
+
+def varp_step(y, table, ids: list[int], d: list, num_clients: int):
+    """(v, the new y), updating the rows `ids` of `table` in place (plain PyTorch):
+    v = y + mean_S(d_i - y_i); y += (1/N) sum_S (d_i - y_i); y_i = d_i."""
+    corrections = [d_i - table[j] for j, d_i in zip(ids, d)]
+    total = corrections[0].clone()
+    for c in corrections[1:]:
+        total += c
+    v = y + total / len(ids)
+    y = y + total / num_clients
+    for j, d_i in zip(ids, d):
+        table[j] = d_i
+    return v, y
+
+
+register(FedVARPRule)
+register(Method(
+    "fedvarp", "Jhunjhunwala, Sharma, Nagarkatti, Joshi. FedVARP: Tackling the Variance Due to "
+    "Partial Client Participation in Federated Learning, UAI 2022 "
+    "https://arxiv.org/abs/2207.14130", "fedvarp", (), {"aggregation": "uniform"}))
