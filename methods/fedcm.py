@@ -118,5 +118,4 @@ class FedCMRule(momentum.MomentumRule):
 
 register(FedCMCorrection, FedCMRule)
 register(Method(
-    "fedcm", "Xu, Wang, Wang, Yang. FedCM: Federated Learning with Client-level Momentum, 2021 "
-    "https://arxiv.org/abs/2106.10874", "fedcm", ("fedcm",), {}))
+    "fedcm", "Xu 2021 https://arxiv.org/abs/2106.10874", "fedcm", ("fedcm",), {}))

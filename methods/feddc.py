@@ -141,6 +141,5 @@ class FedDCRule(ModelStepRule):
 
 register(DriftCorrection, FedDCRule)
 register(Method(
-    "feddc", "Gao et al. FedDC: Federated Learning with Non-IID Data via Local Drift Decoupling "
-    "and Correction, CVPR 2022 https://arxiv.org/abs/2203.11751", "feddc", ("feddc",),
+    "feddc", "Gao 2022 https://arxiv.org/abs/2203.11751", "feddc", ("feddc",),
     {"aggregation": "uniform"}))

@@ -206,8 +206,7 @@ class FedDynGcfedRule(FedDynRule):
                "(docs/baselines.md#feddyn)")
 
 
-PAPER = ("Acar et al. Federated Learning Based on Dynamic Regularization (FedDyn), ICLR 2021 "
-         "https://arxiv.org/abs/2111.04263")
+PAPER = "Acar 2021 https://arxiv.org/abs/2111.04263"
 register(FedDynTerm, FedDynRule, FedDynGcfedRule)
 register(Method("feddyn", PAPER, "feddyn", ("feddyn",), {"aggregation": "uniform"}),
          Method("feddyn-fedacg", PAPER + "; as in FedACG's code", "feddyn", ("feddyn",),

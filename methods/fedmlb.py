@@ -65,8 +65,7 @@ class MultiLevelBranches(ClientPart):
 register(MultiLevelBranches)
 register(Method(
     "fedmlb",
-    "Kim, Kim, Han. Multi-Level Branched Regularization for Federated Learning (FedMLB), "
-    "ICML 2022 https://arxiv.org/abs/2207.06936",
+    "Kim 2022 https://arxiv.org/abs/2207.06936",
     "momentum", ("mlb",), {},
 ))
 register(Method(

@@ -206,8 +206,8 @@ def uplink_decoder(cfg: dict[str, Any]) -> UplinkDecoder | None:
 
 
 register(Method(
-    "fedpaq", "Reisizadeh, Mokhtari, Hassani, Jadbabaie, Pedarsani. FedPAQ, AISTATS 2020 "
-    "https://arxiv.org/abs/1909.13014 (FedAvg with uplink-bits = 8)", "momentum", (),
+    "fedpaq", "Reisizadeh 2020 https://arxiv.org/abs/1909.13014 (FedAvg, uplink-bits 8)",
+    "momentum", (),
     {"uplink-bits": 8}))
 register(Method(
     "fedacg+fedpaq", "FedACG Table 6: FedACG with FedPAQ's 8-bit uplink quantization",

@@ -69,7 +69,6 @@ class SolPerturbation(ClientPart):
 register(SolPerturbation)
 register(Method(
     "fedsol",
-    "Lee et al. FedSOL: Stabilized Orthogonal Learning with Proximal Restrictions in Federated "
-    "Learning, CVPR 2024 https://arxiv.org/abs/2308.12532",
+    "Lee 2024 https://arxiv.org/abs/2308.12532",
     "momentum", ("sol",), {"aggregation": "uniform"},
 ))

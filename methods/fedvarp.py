@@ -183,6 +183,5 @@ def varp_step(y, table, ids: list[int], d: list, num_clients: int):
 
 register(FedVARPRule)
 register(Method(
-    "fedvarp", "Jhunjhunwala, Sharma, Nagarkatti, Joshi. FedVARP: Tackling the Variance Due to "
-    "Partial Client Participation in Federated Learning, UAI 2022 "
-    "https://arxiv.org/abs/2207.14130", "fedvarp", (), {"aggregation": "uniform"}))
+    "fedvarp", "Jhunjhunwala 2022 https://arxiv.org/abs/2207.14130", "fedvarp", (),
+    {"aggregation": "uniform"}))

@@ -83,15 +83,18 @@ def markdown() -> str:
 
 
 def methods() -> str:
-    """The method table, from the methods registry (one module per method)."""
+    """The method table, from the methods registry (one module per method): each method's server
+    rule, client parts and the preset values it sets away from plain FedAvg's."""
     import methods as registry
 
-    cols = list(next(iter(PRESETS.values())))
-    rows = ["| method | " + " | ".join(f"`{c}`" for c in cols) + " | paper |",
-            "| --- " * (len(cols) + 2) + "|"]
+    rows = ["| method | server rule | client parts | sets | paper |", "| --- " * 5 + "|"]
     for name, preset in PRESETS.items():
-        cells = [str(v).lower() if isinstance(v, bool) else str(v) for v in preset.values()]
-        rows.append(f"| `{name}` | " + " | ".join(cells) + f" | {registry.METHODS[name].paper} |")
+        method = registry.METHODS[name]
+        sets = ", ".join(f"`{k}` {str(v).lower() if isinstance(v, bool) else v}"
+                         for k, v in preset.items()
+                         if k in registry.BASE_PRESET and v != registry.BASE_PRESET[k])
+        rows.append(f"| `{name}` | {method.server_rule} | "
+                    f"{', '.join(method.client_parts) or '-'} | {sets or '-'} | {method.paper} |")
     return "\n".join(rows)
 
 
