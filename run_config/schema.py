@@ -171,6 +171,10 @@ KEYS: tuple[Key, ...] = (
         "robustness", low=0.0),
     Key("num-examples-ratio", float, 10.0, "Weigh a reply's claimed num-examples at most this "
         "many times the median claim of the round's replies; 0 = off.", "robustness", low=0.0),
+    Key("num-examples-check", bool, True, "Weigh a reply's claimed num-examples at most as the "
+        "largest client partition of the split the server computes at the start "
+        "(partitions.json size-max); false = trust the claims up to num-examples-ratio.",
+        "robustness"),
     Key("robust-aggregator", str, "mean", "Rule that turns the round's updates into the "
         "aggregate d: the weighted mean, or the rule of Flower's FedMedian, FedTrimmedAvg, Krum, "
         "MultiKrum or Bulyan; server momentum, look-ahead and global GC then apply to d.",

@@ -47,6 +47,17 @@ def test_defaults_survive_every_attack(attack, setup, crashed, tmp_path):
         assert last["train-capped-weight"] >= 1, last
 
 
+@pytest.mark.parametrize("setup", list(SETUPS))
+def test_an_inflated_claim_weighs_as_the_largest_partition(setup, tmp_path):
+    # num-examples-check: the server computed the split, so a claim of 1e18 examples weighs
+    # exactly as a claim of the largest partition's size, no more (the same sign-flipped reply)
+    size_max = attacks.largest_partition(setup, **FAST)
+    inflated = run_attack("examples-1e18", setup, out_dir=tmp_path / "a", **FAST)
+    at_max = run_attack(f"examples-{size_max}", setup, out_dir=tmp_path / "b", **FAST)
+    for k, v in at_max["theta"].items():
+        assert torch.equal(inflated["theta"][k], v), k
+
+
 @pytest.mark.parametrize("aggregator", [a for a in attacks.AGGREGATORS if a != "defaults"])
 @pytest.mark.parametrize("attack", ["examples-1e308x2", "sign-flip"])
 def test_robust_aggregators_survive(aggregator, attack, tmp_path):

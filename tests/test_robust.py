@@ -114,6 +114,11 @@ def test_limit_influence_drops_norm_outliers_and_caps_weights_by_hand():
     # off: nothing changes
     s = limit_influence(1, screened(models, sizes), phi, 0.0, 0.0, str)
     assert len(s.good) == 5 and s.good[3][2] == 1e18
+    # what the server knows: no claim above the largest partition (35), then the ratio rule on
+    # the capped claims (median of 10, 20, 30, 35 = 25 -> cap 50: nothing more to cut)
+    s = limit_influence(1, screened(models, sizes), phi, 10.0, 2.0, str, max_weight=35.0)
+    assert [n for _, _, n in s.good] == [10.0, 20.0, 30.0, 35.0]
+    assert s.counts["capped-weight"] == 1
 
 
 def test_weights_do_not_overflow():
