@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 import sys
 import tempfile
 import time
@@ -158,6 +159,8 @@ def run_attack(attack: str, setup: str, aggregator: str = "defaults", out_dir: P
         torch.set_num_threads(threads)
     results = json.loads((folder / "run" / "results.json").read_text())
     theta = torch.load(folder / "run" / "final_model.pt", weights_only=True)
+    if out_dir is None:  # a folder of our own: nothing in it is needed any more
+        shutil.rmtree(folder, ignore_errors=True)
     return {"acc": results["summary"]["final-test-acc"], "theta": theta,
             "rounds": results["rounds"]}
 

@@ -45,6 +45,8 @@ def test_defaults_survive_every_attack(attack, setup, crashed, tmp_path):
             assert torch.equal(res["theta"][k], v), k
     if attack.startswith("examples-"):
         assert last["train-capped-weight"] >= 1, last
+    if attack == "sybil":  # phi - 3u: 3x an honest norm, scaled down to 2x the median
+        assert last["train-clipped-norm"] == len(SETUPS[setup][1]), last
 
 
 @pytest.mark.parametrize("setup", list(SETUPS))

@@ -121,6 +121,21 @@ def test_limit_influence_drops_norm_outliers_and_caps_weights_by_hand():
     assert s.counts["capped-weight"] == 1
 
 
+def test_limit_influence_clips_long_updates_to_the_ratio_times_the_median_by_hand():
+    phi = {"w": torch.tensor([1.0, 1.0]), "steps": torch.tensor([3])}
+    us = [[3.0, 4.0], [0.0, 5.0], [6.0, 8.0], [0.0, -30.0]]  # norms 5, 5, 10, 30: median 7.5
+    models = [{"w": phi["w"] + torch.tensor(u), "steps": torch.tensor([i])}
+              for i, u in enumerate(us)]
+    s = limit_influence(1, screened(models, [1] * 4), phi, 10.0, 0.0, str, clip_ratio=2.0)
+    # bound 2 x 7.5 = 15: only the last is longer; it keeps its direction, its length is 15
+    assert [m["w"].tolist() for _, m, _ in s.good] == [
+        [4.0, 5.0], [1.0, 6.0], [7.0, 9.0], [1.0, 1.0 - 15.0]]
+    assert [int(m["steps"]) for _, m, _ in s.good] == [0, 1, 2, 3]  # non-float: untouched
+    assert s.counts["clipped-norm"] == 1 and s.counts["replies"] == 4
+    s = limit_influence(1, screened(models, [1] * 4), phi, 10.0, 0.0, str, clip_ratio=4.0)
+    assert "clipped-norm" not in s.counts and s.good[3][1]["w"].tolist() == [1.0, -29.0]
+
+
 def test_weights_do_not_overflow():
     w = client_weights([1e308, 1e308, 5.0], "examples")
     assert w[0] == w[1] == pytest.approx(0.5) and 0 <= w[2] < 1e-300
