@@ -1,7 +1,8 @@
 """Poisoning attacks on a digits federation in-process (tests/attacks.py): under the defaults
 and under every robust aggregator, no attack leaves theta non-finite or zero; the attacks the
 defaults are meant to stop (scaling, NaN/Inf) leave theta bitwise as if the malicious nodes had
-crashed, weight inflation is capped and repeated replies are dropped. The accuracy table of
+crashed, weight inflation is capped at the largest partition, repeated replies are dropped and
+sybils' long updates clipped. The accuracy table of
 docs/security.md comes from `python tests/attacks.py`."""
 
 import math
