@@ -72,6 +72,7 @@ def test_without_the_defaults_the_attacks_do_break_the_model(tmp_path):
     # the same scaled reply with the influence limits off: the model is blown up (the test of
     # the defaults above can fail)
     res = run_attack("scale-1e12", "1-of-5", out_dir=tmp_path, **FAST,
-                     **{"update-norm-ratio": 0.0, "num-examples-ratio": 0.0})
+                     **{"update-norm-ratio": 0.0, "update-clip-ratio": 0.0,
+                        "num-examples-ratio": 0.0, "num-examples-check": False})
     floats = [v for v in res["theta"].values() if v.is_floating_point()]
     assert max(float(v.abs().max()) for v in floats) > 1e6
