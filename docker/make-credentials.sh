@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Credentials of the compose demo: CA + SuperLink certificate (SANs: superlink, localhost,
-# 127.0.0.1 and any extra ones given), one EC key pair per SuperNode and the SuperExec secret.
+# Credentials of the compose demo: CA + SuperLink certificate (SANs: superlink, fleet-proxy,
+# localhost, 127.0.0.1 and any extra ones given; the fleet proxy presents it to the SuperNodes), one EC key pair per SuperNode and the SuperExec secret.
 #
 #   docker/make-credentials.sh [NUM_NODES=2] [EXTRA_SAN ...]      e.g. docker/make-credentials.sh 5 IP:192.168.1.10
 #
@@ -18,7 +18,7 @@ out=${CREDENTIALS_DIR:-$here/credentials}
 python=${PYTHON:-python3}
 mkdir -p "$out"
 if [ ! -e "$out/server.pem" ]; then
-    sans=(--san DNS:superlink)
+    sans=(--san DNS:superlink --san DNS:fleet-proxy)
     for san in "$@"; do sans+=(--san "$san"); done
     "$python" "$here/../deploy/credentials.py" tls --out "$out" "${sans[@]}"
 fi

@@ -229,8 +229,15 @@ KEYS: tuple[Key, ...] = (
     Key("update-norm-ratio", float, 10.0, "Drop a train reply whose update norm (of w_i - phi) "
         "exceeds this many times the median update norm of the round's replies; 0 = off.",
         "robustness", low=0.0),
+    Key("update-clip-ratio", float, 2.0, "Scale a train reply's update (w_i - phi) down to this "
+        "many times the median update norm of the round's replies where it is longer; 0 = off.",
+        "robustness", low=0.0),
     Key("num-examples-ratio", float, 10.0, "Weigh a reply's claimed num-examples at most this "
         "many times the median claim of the round's replies; 0 = off.", "robustness", low=0.0),
+    Key("num-examples-check", bool, True, "Weigh a reply's claimed num-examples at most as the "
+        "largest client partition of the split the server computes at the start "
+        "(partitions.json size-max); false = trust the claims up to num-examples-ratio.",
+        "robustness"),
     Key("robust-aggregator", str, "mean", "Rule that turns the round's updates into the "
         "aggregate d: the weighted mean, or the rule of Flower's FedMedian, FedTrimmedAvg, Krum, "
         "MultiKrum or Bulyan; server momentum, look-ahead and global GC then apply to d.",

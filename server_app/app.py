@@ -125,6 +125,8 @@ def run_server(grid: Grid, context: Context, where: dict) -> None:
     recorder.trackers = build_trackers(cfg, run_dir)
     strategy = build_strategy(cfg, model, train_metrics_aggr_fn=recorder.train_metrics)
     strategy.round_metrics_fn = recorder.note_train
+    if partitions and cfg["num-examples-check"]:  # docs/security.md: what the server knows
+        strategy.max_num_examples = float(partitions["size-max"])
     run = dict(
         grid=grid,
         initial_arrays=ArrayRecord(model.state_dict()),

@@ -160,13 +160,18 @@ def screen_replies(
 
 
 def limit_influence(server_round: int, screened: Screened, phi: State, norm_ratio: float,
-                    weight_ratio: float, describe: Callable[[int], str]) -> Screened:
-    """Drop updates with ||w_i - phi|| > norm_ratio * median_j ||w_j - phi||; cut weights
-    n_i > weight_ratio * median_j n_j to that bound (0 = that rule off). In place; returns it.
+                    weight_ratio: float, describe: Callable[[int], str],
+                    max_weight: float = 0.0, clip_ratio: float = 0.0) -> Screened:
+    """Drop updates with ||w_i - phi|| > norm_ratio * median_j ||w_j - phi||, scale the kept
+    ones above clip_ratio * that median down to it (w_i = phi + u_i * bound / ||u_i||); cut weights
+    n_i > max_weight to max_weight, then n_i > weight_ratio * median_j n_j to that bound (0 = that
+    rule off). In place; returns it.
 
     Honest clients of one round have update norms within a small factor of each other, so a
     ratio of 5-10 leaves them alone; an update scaled by 1e3 or 1e12, or a claim of 1e18
     examples, is out. With 2 replies the median is their mean and nothing can exceed 2x it.
+    `max_weight` is what the server knows: the largest partition of the data split, which no
+    honest claim exceeds; it bounds an inflated claim to an honest client's weight.
     """
     good, counts = screened.good, screened.counts
     if norm_ratio > 0 and len(good) >= 2:
@@ -184,6 +189,27 @@ def limit_influence(server_round: int, screened: Screened, phi: State, norm_rati
             else:
                 keep.append(item)
         good[:] = keep
+    if clip_ratio > 0 and len(good) >= 2:
+        median = statistics.median(update_norm(model, phi) for _, model, _ in good)
+        bound = clip_ratio * median
+        for i, (msg, model, n) in enumerate(good):
+            norm = update_norm(model, phi)
+            if norm > bound:
+                counts["clipped-norm"] = counts.get("clipped-norm", 0) + 1
+                log(WARNING, "round %d: %s sent an update of norm %.4g > %g x the round's median "
+                    "%.4g: scaled down to it (update-clip-ratio)", server_round,
+                    describe(msg.metadata.src_node_id), norm, clip_ratio, median)
+                scale = bound / norm
+                good[i] = (msg, {k: phi[k] + (v - phi[k]) * scale if v.is_floating_point() else v
+                                 for k, v in model.items()}, n)
+    if max_weight > 0:
+        for i, (msg, model, n) in enumerate(good):
+            if n > max_weight:
+                counts["capped-weight"] = counts.get("capped-weight", 0) + 1
+                log(WARNING, "round %d: %s claims %g examples, more than the largest partition "
+                    "(%g): weighted as %g (num-examples-check)", server_round,
+                    describe(msg.metadata.src_node_id), n, max_weight, max_weight)
+                good[i] = (msg, model, max_weight)
     if weight_ratio > 0 and len(good) >= 2:
         bound = weight_ratio * statistics.median(n for _, _, n in good)
         for i, (msg, model, n) in enumerate(good):

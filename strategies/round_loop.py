@@ -56,7 +56,8 @@ class MethodStrategy(RoundConfig, FedAvg):
     def __init__(self, rule, *, nodes: Nodes | None = None, lr: float = 0.1,
                  lr_decay: float = 1.0, min_train_clients: int = 1, max_update_norm: float = 0.0,
                  update_norm_ratio: float = 10.0, num_examples_ratio: float = 10.0,
-                 client_state=None, uplink=None, **fedavg_kwargs) -> None:
+                 update_clip_ratio: float = 0.0, client_state=None, uplink=None,
+                 **fedavg_kwargs) -> None:
         fedavg_kwargs.setdefault("min_available_nodes", fedavg_kwargs.get("min_train_nodes", 2))
         super().__init__(**fedavg_kwargs)
         self.rule = rule
@@ -66,6 +67,10 @@ class MethodStrategy(RoundConfig, FedAvg):
         self.min_train_clients = min_train_clients
         self.max_update_norm = max_update_norm
         self.influence = (update_norm_ratio, num_examples_ratio)  # reply_screen.limit_influence
+        # The largest client partition the server computed (server_app, num-examples-check): no
+        # honest claim of num-examples is above it; 0 = unknown, claims are not checked.
+        self.max_num_examples = 0.0
+        self.update_clip_ratio = update_clip_ratio
         self._theta_record: ArrayRecord | None = None  # the record theta was last returned as
         self._phi = None  # the last broadcast point, name -> tensor (screening measures from it)
         self._sent: list[Message] = []  # the current train round's instructions
@@ -207,7 +212,8 @@ class MethodStrategy(RoundConfig, FedAvg):
         screened = screen_replies(server_round, replies, self._sent, self._phi,
                                   self.weighted_by_key, self.max_update_norm,
                                   self.nodes.describe, self.nodes.order_key)
-        limit_influence(server_round, screened, self._phi, *self.influence, self.nodes.describe)
+        limit_influence(server_round, screened, self._phi, *self.influence, self.nodes.describe,
+                        max_weight=self.max_num_examples, clip_ratio=self.update_clip_ratio)
         counts = screened.counts
         if self.rule.up:
             self._drop_without_up_records(server_round, screened, up)

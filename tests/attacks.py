@@ -1,7 +1,8 @@
 """Poisoning attacks on an in-process digits federation (FakeGrid + the real ServerApp and
 ClientApp), for tests/test_attacks.py and the table of docs/security.md:
 
-    python tests/attacks.py            # prints the markdown table (all aggregators, both set-ups)
+    python tests/attacks.py            # prints the markdown tables (all aggregators, both set-ups)
+    python tests/attacks.py 2-of-10    # one set-up
 
 Malicious nodes are the last ones (1 of 5: node 4; 2 of 10: nodes 8 and 9). Each attack changes
 what they reply to train instructions; `u` is the update an honest node would send (w - phi).
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 import sys
 import tempfile
 import time
@@ -103,10 +105,10 @@ def attack_handler(attack: str, real, bad: list[int]):
             return reply(model(-1.0), n)
         if attack.startswith("scale-"):
             return reply(model(float(attack.split("-")[1])), n)
-        if attack == "examples-1e18":
-            return reply(model(-1.0), 1e18)
         if attack == "examples-1e308x2":
             return reply(model(-1.0), 1e308)
+        if attack.startswith("examples-"):  # examples-<claim>: 1e18 in the table
+            return reply(model(-1.0), float(attack.split("-")[1]))
         if attack == "nan-inf":
             bad_w = model(1.0)
             keys = [k for k in phi if f[k]]
@@ -123,11 +125,22 @@ def attack_handler(attack: str, real, bad: list[int]):
     return handler
 
 
+def largest_partition(setup: str, **extra) -> int:
+    """The largest client partition of a set-up's split: what the server knows (its summary)."""
+    from feddata.summary import partition_summary
+    from run_config import resolve
+
+    return partition_summary(resolve({**BASE, **extra}), SETUPS[setup][0])["size-max"]
+
+
 def run_attack(attack: str, setup: str, aggregator: str = "defaults", out_dir: Path | None = None,
                **extra) -> dict:
     """One run; returns {'acc': final test accuracy, 'theta': final model, 'rounds': rows}."""
     import server_app.app as server
+    from flwr.supercore.task_identity import TaskIdentity
 
+    # Message() outside Flower's runtime needs a task identity (the tests' conftest sets the same)
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1
     num_nodes, bad = SETUPS[setup]
     f = len(bad)
     overrides = {k: (f if v == "f" else max(0, min(f, (num_nodes - 3) // 4)) if v == "f-bulyan"
@@ -146,17 +159,21 @@ def run_attack(attack: str, setup: str, aggregator: str = "defaults", out_dir: P
         torch.set_num_threads(threads)
     results = json.loads((folder / "run" / "results.json").read_text())
     theta = torch.load(folder / "run" / "final_model.pt", weights_only=True)
+    if out_dir is None:  # a folder of our own: nothing in it is needed any more
+        shutil.rmtree(folder, ignore_errors=True)
     return {"acc": results["summary"]["final-test-acc"], "theta": theta,
             "rounds": results["rounds"]}
 
 
-def table(echo: bool = False) -> str:
+def table(echo: bool = False, setups=tuple(SETUPS)) -> str:
     lines = []
-    for setup in SETUPS:
+    for setup in setups:
         lines += [f"**{setup} clients malicious** (final test accuracy, digits, fedacg, "
                   f"{BASE['num-server-rounds']} rounds)", "",
                   "| attack | " + " | ".join(AGGREGATORS) + " |",
                   "| --- " * (len(AGGREGATORS) + 1) + "|"]
+        if echo:
+            print("\n".join(lines[-4:]), flush=True)
         for attack in ATTACKS:
             cells = []
             for agg in AGGREGATORS:
@@ -174,5 +191,5 @@ if __name__ == "__main__":
 
     logging.getLogger("flwr").setLevel(logging.ERROR)
     t = time.time()
-    table(echo=True)
+    table(echo=True, setups=sys.argv[1:] or tuple(SETUPS))  # e.g. python tests/attacks.py 1-of-5
     print(f"({time.time() - t:.0f} s)")

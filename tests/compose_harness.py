@@ -255,7 +255,8 @@ def base_image(log: Path) -> tuple[str, str]:
     # drop stand-ins and app images of earlier keys (each superexec image is ~2.5 GB)
     for repo, keep in (("fedacg-gc-test/flwr-base", key), ("fedacg-gc/superlink", f"test-{key}"),
                        ("fedacg-gc/supernode", f"test-{key}"),
-                       ("fedacg-gc/superexec", f"test-{key}")):
+                       ("fedacg-gc/superexec", f"test-{key}"),
+                       ("fedacg-gc/fleet-proxy", f"test-{key}")):
         tags = sh(["docker", "images", repo, "--format", "{{.Tag}}"], check=False).stdout.split()
         for old in tags:
             if old != keep and (repo.startswith("fedacg-gc-test") or old.startswith("test-")):

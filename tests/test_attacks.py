@@ -1,7 +1,8 @@
 """Poisoning attacks on a digits federation in-process (tests/attacks.py): under the defaults
 and under every robust aggregator, no attack leaves theta non-finite or zero; the attacks the
 defaults are meant to stop (scaling, NaN/Inf) leave theta bitwise as if the malicious nodes had
-crashed, weight inflation is capped and repeated replies are dropped. The accuracy table of
+crashed, weight inflation is capped at the largest partition, repeated replies are dropped and
+sybils' long updates clipped. The accuracy table of
 docs/security.md comes from `python tests/attacks.py`."""
 
 import math
@@ -45,6 +46,19 @@ def test_defaults_survive_every_attack(attack, setup, crashed, tmp_path):
             assert torch.equal(res["theta"][k], v), k
     if attack.startswith("examples-"):
         assert last["train-capped-weight"] >= 1, last
+    if attack == "sybil":  # phi - 3u: 3x an honest norm, scaled down to 2x the median
+        assert last["train-clipped-norm"] == len(SETUPS[setup][1]), last
+
+
+@pytest.mark.parametrize("setup", list(SETUPS))
+def test_an_inflated_claim_weighs_as_the_largest_partition(setup, tmp_path):
+    # num-examples-check: the server computed the split, so a claim of 1e18 examples weighs
+    # exactly as a claim of the largest partition's size, no more (the same sign-flipped reply)
+    size_max = attacks.largest_partition(setup, **FAST)
+    inflated = run_attack("examples-1e18", setup, out_dir=tmp_path / "a", **FAST)
+    at_max = run_attack(f"examples-{size_max}", setup, out_dir=tmp_path / "b", **FAST)
+    for k, v in at_max["theta"].items():
+        assert torch.equal(inflated["theta"][k], v), k
 
 
 @pytest.mark.parametrize("aggregator", [a for a in attacks.AGGREGATORS if a != "defaults"])
@@ -58,6 +72,7 @@ def test_without_the_defaults_the_attacks_do_break_the_model(tmp_path):
     # the same scaled reply with the influence limits off: the model is blown up (the test of
     # the defaults above can fail)
     res = run_attack("scale-1e12", "1-of-5", out_dir=tmp_path, **FAST,
-                     **{"update-norm-ratio": 0.0, "num-examples-ratio": 0.0})
+                     **{"update-norm-ratio": 0.0, "update-clip-ratio": 0.0,
+                        "num-examples-ratio": 0.0, "num-examples-check": False})
     floats = [v for v in res["theta"].values() if v.is_floating_point()]
     assert max(float(v.abs().max()) for v in floats) > 1e6

@@ -75,7 +75,18 @@ def test_compose_has_one_partition_key_and_port_per_node():
             and "--insecure" not in text.split("clientapp-0")[0])
     assert len(re.findall(r"^  clientapp-\d+:$", make_compose.gpu(3, 2), re.M)) == 3
     assert 'device_ids: ["1"]' in make_compose.gpu(3, 2)
-    assert make_compose.host_network(3).count("network_mode: host") == 3 + 2 * 3
+    # the SuperNodes reach the SuperLink only through the fleet proxy: the SuperLink is on the
+    # network `control`, every node on `fleet`, and only the proxy is on both
+    nets = dict(re.findall(r"^  ([a-z0-9-]+):\n(?:    .*\n|      .*\n)*?    networks: (.*)$",
+                           text, re.M))
+    assert nets == {"superlink": "[control]", "register-supernodes": "[control]",
+                    "serverapp": "[control]", "fleet-proxy": "[control, fleet]",
+                    **{f"{role}-{i}": "[fleet]" for i in range(3)
+                       for role in ("supernode", "clientapp")}}, nets
+    assert text.count("--superlink=fleet-proxy:${FLEET_PORT:-9093}") == 3
+    assert "--superlink=superlink" not in text
+    # the operator's port (the Control API) is published on loopback only, whatever the settings
+    assert "- 127.0.0.1:${SUPERLINK_PORT:-9092}:" in make_compose.override()
 
 
 @pytest.mark.skipif(not (shutil.which("docker-compose") or shutil.which("docker")),
@@ -84,8 +95,7 @@ def test_compose_files_are_valid(tmp_path):
     cmd = ["docker-compose"] if shutil.which("docker-compose") else ["docker", "compose"]
     if subprocess.run([*cmd, "version"], capture_output=True).returncode != 0:
         pytest.skip("no compose command")
-    for extra in (["compose.override.yml"], ["compose.override.yml", "compose.gpu.yml"],
-                  ["test/compose.host-network.yml"]):
+    for extra in (["compose.override.yml"], ["compose.override.yml", "compose.gpu.yml"]):
         files = [a for f in ["compose.yml", *extra] for a in ("-f", f)]
         out = subprocess.run([*cmd, *files, "config", "-q"], cwd=DOCKER, capture_output=True,
                              text=True,
@@ -104,7 +114,12 @@ def test_images_default_to_the_official_flower_images_of_one_release():
     # only the dependency list enters the build context: no code, no credentials
     rules = [r for r in (ROOT / ".dockerignore").read_text().splitlines()
              if r and not r.startswith("#")]
-    assert rules == ["*", "!pyproject.toml", "!docker/app_requirements.py"]
+    assert rules == ["*", "!pyproject.toml", "!docker/app_requirements.py",
+                     "!deploy/fleet-proxy.sh"]
+    # the fleet proxy: Debian's nginx-light running the same script as deploy/
+    proxy = (DOCKER / "fleet-proxy.Dockerfile").read_text()
+    assert "apt-get install -y --no-install-recommends nginx-light" in proxy
+    assert 'ENTRYPOINT ["bash", "/usr/local/bin/fleet-proxy.sh"]' in proxy
 
 
 def test_superexec_requirements_are_the_apps_without_flower():

@@ -114,6 +114,26 @@ def test_limit_influence_drops_norm_outliers_and_caps_weights_by_hand():
     # off: nothing changes
     s = limit_influence(1, screened(models, sizes), phi, 0.0, 0.0, str)
     assert len(s.good) == 5 and s.good[3][2] == 1e18
+    # what the server knows: no claim above the largest partition (35), then the ratio rule on
+    # the capped claims (median of 10, 20, 30, 35 = 25 -> cap 50: nothing more to cut)
+    s = limit_influence(1, screened(models, sizes), phi, 10.0, 2.0, str, max_weight=35.0)
+    assert [n for _, _, n in s.good] == [10.0, 20.0, 30.0, 35.0]
+    assert s.counts["capped-weight"] == 1
+
+
+def test_limit_influence_clips_long_updates_to_the_ratio_times_the_median_by_hand():
+    phi = {"w": torch.tensor([1.0, 1.0]), "steps": torch.tensor([3])}
+    us = [[3.0, 4.0], [0.0, 5.0], [6.0, 8.0], [0.0, -30.0]]  # norms 5, 5, 10, 30: median 7.5
+    models = [{"w": phi["w"] + torch.tensor(u), "steps": torch.tensor([i])}
+              for i, u in enumerate(us)]
+    s = limit_influence(1, screened(models, [1] * 4), phi, 10.0, 0.0, str, clip_ratio=2.0)
+    # bound 2 x 7.5 = 15: only the last is longer; it keeps its direction, its length is 15
+    assert [m["w"].tolist() for _, m, _ in s.good] == [
+        [4.0, 5.0], [1.0, 6.0], [7.0, 9.0], [1.0, 1.0 - 15.0]]
+    assert [int(m["steps"]) for _, m, _ in s.good] == [0, 1, 2, 3]  # non-float: untouched
+    assert s.counts["clipped-norm"] == 1 and s.counts["replies"] == 4
+    s = limit_influence(1, screened(models, [1] * 4), phi, 10.0, 0.0, str, clip_ratio=4.0)
+    assert "clipped-norm" not in s.counts and s.good[3][1]["w"].tolist() == [1.0, -29.0]
 
 
 def test_weights_do_not_overflow():
