@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import fedprox
-from .parts import ClientPart, Method, ServerRule
+from . import fedprox, momentum
+from .parts import ClientPart, Method
 from .registry import register
 
 G_I_STATE = "feddyn-g-i"
@@ -65,48 +65,26 @@ class FedDynTerm(ClientPart):
         return {}
 
 
-class ModelStepRule(ServerRule):
-    """theta, its last step m = theta_t - theta_{t-1}, the broadcast point and global GC of the
-    mean update d; subclasses say how d and their state make the next theta (`step`)."""
+class ModelStepRule(momentum.MomentumRule):
+    """The momentum rule's theta, its last step m = theta_t - theta_{t-1}, broadcast point and
+    global GC of the mean update d; subclasses say how d and their state make the next theta
+    (`step`) and name their state (`state_names`, in checkpoints)."""
 
     supports = frozenset({"lookahead", "global-gc", "aggregation=uniform", "resume"})
     untested = {"lookahead": UNTESTED_LOOKAHEAD, "global-gc": UNTESTED_GC}
     state_names: tuple[str, ...] = ()  # the subclass's state (name -> tensor dicts)
 
     def __init__(self, cfg, model) -> None:
-        from models.centralization import gc_layer_names
-
         super().__init__(cfg, model)
-        self.lookahead, self.lam = bool(cfg["lookahead"]), float(cfg["lam"])
-        self.aggregation = cfg["aggregation"]
-        self.gc_vectors = cfg["gc-vectors"]
-        self.global_gc_layers = gc_layer_names(model, cfg["global-gc"], cfg["gc-borderline"])
         self.param_names = [n for n, _ in model.named_parameters()]
 
     def start(self, theta_record) -> None:
         import torch
 
-        self.theta = dict(theta_record.to_torch_state_dict())
-        self.m = {k: torch.zeros_like(v) for k, v in self.theta.items() if v.is_floating_point()}
-        self.phi = None
-        self._theta_record = theta_record
+        super().start(theta_record)
         for name in self.state_names:
             setattr(self, name.replace("-", "_"), {k: torch.zeros_like(v) for k, v in
                                                   self.m.items()})
-
-    def theta_record(self):
-        return self._theta_record
-
-    def broadcast(self, server_round: int):
-        from flwr.app import ArrayRecord
-
-        from strategies.server_update import lookahead
-
-        if self.lookahead and self.lam > 0:
-            self.phi = lookahead(self.theta, self.m, self.lam)
-            return ArrayRecord(self.phi), self.phi
-        self.phi = self.theta
-        return self._theta_record, self.phi
 
     def aggregate(self, server_round: int, good: list, phi: dict, up: list):
         import torch
@@ -140,26 +118,18 @@ class ModelStepRule(ServerRule):
         raise NotImplementedError
 
     def state_dict(self) -> dict[str, Any]:
-        copy = lambda state: {k: v.clone() for k, v in state.items()}  # noqa: E731
-        out = {"theta": copy(self.theta), "m": copy(self.m),
-               "phi": copy(self.phi if self.phi is not None else self.theta)}
-        for name in self.state_names:
-            out[name] = copy(getattr(self, name.replace("-", "_")))
-        return out
+        return {**super().state_dict(), **{name: {k: v.clone() for k, v in
+                                                   getattr(self, name.replace("-", "_")).items()}
+                                            for name in self.state_names}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        from flwr.app import ArrayRecord
-
-        missing = [k for k in ("theta", "m", "phi", *self.state_names) if k not in state]
+        missing = [k for k in self.state_names if k not in state]
         if missing:
             raise ValueError(f"the checkpoint lacks the {self.name} rule's state {missing}")
-        self.theta = {k: v.clone() for k, v in state["theta"].items()}
-        self.m = {k: v.clone() for k, v in state["m"].items()}
-        self.phi = {k: v.clone() for k, v in state["phi"].items()}
+        super().load_state_dict(state)
         for name in self.state_names:
             setattr(self, name.replace("-", "_"),
                     {k: v.clone() for k, v in state[name].items()})
-        self._theta_record = ArrayRecord(self.theta)
 
 
 class FedDynRule(ModelStepRule):
