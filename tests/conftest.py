@@ -41,13 +41,18 @@ def partition_cache_dir(tmp_path_factory):
         os.environ["FEDACG_CACHE_DIR"] = old
 
 
+OPT_IN = ("docker", "each_method")  # markers that run only when `-m` names them
+
+
 def pytest_collection_modifyitems(config, items):
-    """The docker compose demo runs only when `-m` names it (`.ci/run` runs `-m docker`): a `-m`
-    on the command line replaces pyproject's `-m 'not docker'`, and `-m "not slow"` alone would
-    otherwise build and run the demo."""
-    if "docker" in (config.getoption("markexpr") or ""):
-        return
-    kept = [item for item in items if "docker" not in item.keywords]
-    if len(kept) < len(items):
-        config.hook.pytest_deselected(items=[i for i in items if "docker" in i.keywords])
-        items[:] = kept
+    """The docker compose demo and the one-flwr-run-per-method tests run only when `-m` names
+    them (`.ci/run` runs `-m each_method` and `-m docker`): a `-m` on the command line replaces
+    pyproject's, and `-m "not slow"` alone would otherwise run them."""
+    named = config.getoption("markexpr") or ""
+    for marker in OPT_IN:
+        if marker in named:
+            continue
+        kept = [item for item in items if marker not in item.keywords]
+        if len(kept) < len(items):
+            config.hook.pytest_deselected(items=[i for i in items if marker in i.keywords])
+            items[:] = kept

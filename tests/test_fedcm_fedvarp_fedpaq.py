@@ -335,6 +335,7 @@ def test_fedvarp_resume_is_exact(tmp_path):
 
 # --- through `flwr run` ------------------------------------------------------------------------
 @pytest.mark.slow
+@pytest.mark.each_method
 @pytest.mark.parametrize("method", ["fedcm", "fedvarp", "fedacg+fedpaq"])
 def test_flwr_run(superlink, method):  # noqa: F811
     """One short simulation each through `flwr run` (Ray, serialized messages): completes, and

@@ -329,6 +329,7 @@ def test_fedmlb_runs_end_to_end(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.each_method
 def test_flwr_run_fedsol_and_fedmlb(superlink):  # noqa: F811
     """Each method through `flwr run` on digits: 2 rounds, 4 simulated nodes."""
     env, home = superlink

@@ -11,7 +11,7 @@ from reporting.superlink import CONNECTION
 from test_simulation import superlink  # noqa: F401 - the module-scoped SuperLink fixture
 
 ROOT = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.each_method]
 
 
 # one run per method (the variants differ in knobs only, run in-process in

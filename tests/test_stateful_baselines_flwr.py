@@ -26,6 +26,7 @@ def flwr_run(env, run_config: str) -> str:
     return text
 
 
+@pytest.mark.each_method
 @pytest.mark.parametrize("method", ["scaffold", "feddyn-gcfed", "feddc"])  # feddyn: the resume test
 def test_each_method_runs_through_flwr_run(superlink, method):  # noqa: F811
     env, home = superlink
