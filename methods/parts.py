@@ -20,16 +20,15 @@ class ClientPart:
     begin(ctx)                       once per local update, model at phi, before the first step
     model_forward(ctx, x) -> logits  each step, instead of model(x): for a part that needs more of
                                      the forward pass than the logits (keeps it for its loss)
-    loss(ctx, logits, x, y)          each step: a tensor added to alpha * CE before backward
+    task_loss(ctx, logits, y, loss)  each step: the task loss that replaces `loss` (CE, or what
+                                     an earlier part made of it) in alpha * task loss
+    loss(ctx, logits, x, y)          each step: a tensor added to alpha * task loss before backward
     step_grad(ctx, x, y, objective) -> (logits, ce)
                                      each step, instead of the loop's backward of the step's loss:
                                      leave the step's gradient in p.grad (zeroed by the loop) and
                                      the weights as they were; objective(x, y) -> (loss, logits,
-                                     ce) is the loop's loss (alpha * CE + the parts' loss terms) at
-                                     the current weights; returns what the train metrics count
-    task_loss(ctx, logits, y, loss)  each step: the task loss that replaces `loss` (CE, or what
-                                     an earlier part made of it) in alpha * task loss
-    loss(ctx, logits, x, y)          each step: a tensor added to alpha * task loss before backward
+                                     ce) is the loop's loss (the three hooks above) at the current
+                                     weights; returns what the train metrics count
     correct_grad_(ctx)               each step: in place on the gradients, after backward and
                                      before clipping, local GC and the optimizer step
     end(ctx) -> {name: ArrayRecord}  after the last step: records added to the reply (`up`)
@@ -64,6 +63,7 @@ class ClientPart:
 
     def model_forward(self, ctx, x):
         return ctx.model(x)
+
     def task_loss(self, ctx, logits, y, loss):
         return loss
 

@@ -136,7 +136,7 @@ UNTESTED_SWITCHES = {  # switch -> (is it on in cfg?, how the config turns it on
 
 
 def untested_combinations(cfg: dict[str, Any]) -> list[str]:
-    """The combinations of this config that no paper defines (docs/algorithms.md#baselines), one
+    """The combinations of this config that no paper defines (docs/baselines.md#combinations), one
     sentence each; a run with 'allow-untested-combinations' = true records them."""
     rule = SERVER_RULES[cfg["server-rule"]]
     parts = [CLIENT_PARTS[p] for p in parse_objective(cfg["client-objective"])]
