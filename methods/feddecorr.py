@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from . import momentum  # noqa: F401  (registers the server rule)
 from .parts import ClientPart, Method
-from .registry import BASE_PRESET, register
+from .registry import register
 
 if TYPE_CHECKING:
     import torch
@@ -62,8 +62,6 @@ class FeatureDecorrelation(ClientPart):
         return {}
 
 
-BASE_PRESET.setdefault("decorr-beta", 0.01)  # values under a method that does not set them
-BASE_PRESET.setdefault("decorr-features", "penultimate")
 PAPER = "Shi 2023 https://arxiv.org/abs/2210.00226"  # FedDecorr, ICLR 2023
 FEDACG = {"decorr-beta": 0.01, "decorr-features": "penultimate"}
 register(FeatureDecorrelation,

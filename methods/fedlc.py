@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from . import momentum  # noqa: F401  (registers the server rule)
 from .parts import ClientPart, Method
-from .registry import BASE_PRESET, register
+from .registry import register
 
 if TYPE_CHECKING:
     import torch
@@ -62,7 +62,6 @@ class LogitCalibration(ClientPart):
         return fedlc_loss(logits, y, self.counts, self.tau)
 
 
-BASE_PRESET.setdefault("lc-tau", 1.0)  # its value under a method that does not set it
 PAPER = "Zhang 2022 https://arxiv.org/abs/2209.00189"  # FedLC, ICML 2022
 register(LogitCalibration,
          Method("fedlc", PAPER, "momentum", ("fedlc",), {"lc-tau": 1.0}),

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from . import momentum  # noqa: F401  (registers the server rule)
 from .parts import ClientPart, Method
-from .registry import BASE_PRESET, register
+from .registry import register
 
 if TYPE_CHECKING:
     import torch
@@ -68,8 +68,6 @@ class NotTrueDistillation(ClientPart):
         return self.kl_weight * not_true_kl(logits, teacher_logits, y, self.tau)
 
 
-BASE_PRESET.setdefault("ntd-beta", 0.3)  # values under a method that does not set them
-BASE_PRESET.setdefault("ntd-form", "fedacg")
 PAPER = "Lee 2022 https://arxiv.org/abs/2106.03097"  # FedNTD, NeurIPS 2022
 FEDACG = {"ntd-beta": 0.3, "ntd-form": "fedacg"}
 register(NotTrueDistillation,

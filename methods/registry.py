@@ -16,6 +16,9 @@ CLIENT_PARTS: dict[str, type[ClientPart]] = {}
 BASE_PRESET: dict[str, Any] = {
     "lookahead": False, "lam": 0.0, "eta": 1.0, "beta": 0.0, "local-gc": "none",
     "global-gc": "none", "aggregation": "examples", "uplink-bits": 0,
+    # the baselines' preset-controlled knobs (docs/baselines.md)
+    "lc-tau": 1.0, "ntd-beta": 0.3, "ntd-form": "fedacg", "decorr-beta": 0.01,
+    "decorr-features": "penultimate",
 }
 
 
