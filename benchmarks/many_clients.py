@@ -13,6 +13,10 @@ images in the hub's CIFAR-10 format, 10 classes, `--examples` training examples;
 kept in `--data`). Every run starts with an empty partition cache, so round 1 includes preparing
 the data of the sampled clients in the Ray actors (reading the copy, the split, decoding).
 
+`--poll flower,fast` runs every population twice: with Flower's own simulation message poll
+(`simulation-fast-poll=false`) and with the app's (server_app/sim_poll.py), to compare the two in
+one run.
+
 Printed per population (and written with --json):
   round 1 s           round 1 of the results: the first sampling (node identification
                       included), the actors' data set-up and the first training round
@@ -22,7 +26,8 @@ Printed per population (and written with --json):
   wall s              the whole `flwr run`
   peak MB             the peak resident memory of the SuperLink's process tree (the
                       simulation, Ray and its actors), sampled every 0.5 s
-and, for each population after the first, the round-1 time per client above the first one.
+and, for each population after the first, the round-1 time per client above the first one, and
+the median round over that of the `--ref` population (default 1,000).
 """
 
 from __future__ import annotations
@@ -54,11 +59,11 @@ def cifar_copy(folder: Path, examples: int, test: int) -> Path:
 
 
 def run_population(clients: int, per_round: int, rounds: int, iterations: int, data: Path,
-                   work: Path) -> dict:
+                   work: Path, poll: str = "fast") -> dict:
     from reporting.superlink import LocalSuperLink
 
     out = work / "runs"
-    name = f"pop-{clients}"
+    name = f"pop-{clients}-{poll}"
     run_config = " ".join([
         "method='fedavg'", "dataset='cifar10'", f"dataset-path='{data}'",
         "partitioner='dirichlet-balanced'", "dirichlet-alpha=0.3", "model='cnn'",
@@ -68,6 +73,7 @@ def run_population(clients: int, per_round: int, rounds: int, iterations: int, d
         "fraction-train=1e-9", f"min-train-nodes={per_round}", "fraction-evaluate=0.0",
         f"num-server-rounds={rounds}", f"eval-every={rounds}", "test-max-examples=500",
         "checkpoint-every=0", f"out-dir='{out}'", f"run-name='{name}'",
+        f"simulation-fast-poll={'true' if poll == 'fast' else 'false'}",
     ])
     federation = f"num-supernodes={clients} client-resources-num-cpus=1"
     cache = work / f"partition-cache-{clients}"  # empty: round 1 prepares the data
@@ -80,7 +86,7 @@ def run_population(clients: int, per_round: int, rounds: int, iterations: int, d
     rows = json.loads((out / name / "results.json").read_text())["rounds"]
     seconds = [r["seconds"] for r in rows if r["round"] > 0]
     sampled = [r.get("clients-sampled") for r in rows if r["round"] > 0]
-    return {"clients": clients, "round-seconds": seconds, "round-1-s": seconds[0],
+    return {"clients": clients, "poll": poll, "round-seconds": seconds, "round-1-s": seconds[0],
             "median-round-s": statistics.median(seconds[1:] or seconds),
             "setup-s": wall - sum(r["seconds"] for r in rows), "wall-s": wall,
             "peak-mb": peak_mb, "clients-sampled": sampled}
@@ -99,6 +105,11 @@ def main() -> None:
                              "~/.cache/fedacg-gc/bench-cifar-<examples>")
     parser.add_argument("--tiny", action="store_true",
                         help="smoke run: 4 and 40 clients, 2 rounds")
+    parser.add_argument("--poll", default="fast",
+                        help="the simulation's message poll: fast (the app's), flower (Flower's "
+                             "own, simulation-fast-poll=false) or flower,fast to compare both")
+    parser.add_argument("--ref", type=int, default=1000,
+                        help="the population whose median round the others are compared with")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args()
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -106,6 +117,9 @@ def main() -> None:
     if args.tiny:
         args.clients, args.per_round, args.rounds, args.examples = "4,40", 2, 2, 400
     populations = [int(c) for c in args.clients.split(",")]
+    polls = args.poll.split(",")
+    if not set(polls) <= {"fast", "flower"}:
+        parser.error(f"--poll {args.poll}: use fast, flower or flower,fast")
     if args.examples < BATCH * max(populations):
         parser.error(f"--examples {args.examples} gives some of {max(populations)} clients fewer "
                      f"than {BATCH} examples: raise it to at least {BATCH * max(populations)}")
@@ -126,25 +140,33 @@ def main() -> None:
         if args.tiny and args.data is None:
             data = Path(tmp) / "data"
         cifar_copy(data, args.examples, 500)
-        for n in populations:
-            print(f"{n} clients ...", flush=True)
-            r = run_population(n, args.per_round, args.rounds, args.local_iterations, data,
-                               Path(tmp) / f"work-{n}")
-            results["populations"].append(r)
+        for poll in polls:
+            for n in populations:
+                print(f"{n} clients, {poll} poll ...", flush=True)
+                r = run_population(n, args.per_round, args.rounds, args.local_iterations, data,
+                                   Path(tmp) / f"work-{n}-{poll}", poll)
+                results["populations"].append(r)
             print(f"  round 1 {r['round-1-s']:.2f} s, median round {r['median-round-s']:.2f} s, "
                   f"peak {r['peak-mb']:.0f} MB", flush=True)
-    base = results["populations"][0]
-    print("\n| clients | round 1 s | round 1 ms per client above "
-          f"{base['clients']} | median round s | set-up s | wall s | peak MB |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
-    for r in results["populations"]:
-        extra = "-"
-        if r is not base:
-            r["round-1-ms-per-client"] = ((r["round-1-s"] - base["round-1-s"]) * 1000
-                                          / (r["clients"] - base["clients"]))
-            extra = f"{r['round-1-ms-per-client']:+.3f}"
-        print(f"| {r['clients']} | {r['round-1-s']:.2f} | {extra} | {r['median-round-s']:.2f} | "
-              f"{r['setup-s']:.1f} | {r['wall-s']:.1f} | {r['peak-mb']:.0f} |")
+    ref = args.ref if args.ref in populations else None
+    print(f"\n| poll | clients | round 1 s | round 1 ms per client above {populations[0]} | "
+          f"median round s | median vs {ref or '-'} | set-up s | wall s | peak MB |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for poll in polls:
+        rows = [r for r in results["populations"] if r["poll"] == poll]
+        base, by_n = rows[0], {r["clients"]: r for r in rows}
+        for r in rows:
+            extra, versus = "-", "-"
+            if r is not base:
+                r["round-1-ms-per-client"] = ((r["round-1-s"] - base["round-1-s"]) * 1000
+                                              / (r["clients"] - base["clients"]))
+                extra = f"{r['round-1-ms-per-client']:+.3f}"
+            if ref is not None:
+                r["median-vs-ref"] = r["median-round-s"] / by_n[ref]["median-round-s"]
+                versus = f"{r['median-vs-ref']:.2f}x"
+            print(f"| {poll} | {r['clients']} | {r['round-1-s']:.2f} | {extra} | "
+                  f"{r['median-round-s']:.2f} | {versus} | {r['setup-s']:.1f} | "
+                  f"{r['wall-s']:.1f} | {r['peak-mb']:.0f} |")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
         print(f"figures written to {args.json}")

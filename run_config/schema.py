@@ -225,6 +225,10 @@ KEYS: tuple[Key, ...] = (
     Key("dynamic-pool-factor", float, 2.0, "With dynamic clients, the data is split into "
         "round(factor * num-partitions) partitions, of which the clients hold num-partitions at a "
         "time (FedACG: 500 for 250 clients).", "federation", low=1.0),
+    Key("simulation-fast-poll", bool, True, "In a simulation, answer the engine's per-node "
+        "message poll at once for nodes with no message (the same messages are delivered; "
+        "docs/performance.md#many-clients); false = Flower's own poll, whose "
+        "cost grows with nodes x messages in flight.", "federation", resume_may_differ=True),
     # --- robustness: what one client can do to the model (docs/security.md) ---
     Key("update-norm-ratio", float, 10.0, "Drop a train reply whose update norm (of w_i - phi) "
         "exceeds this many times the median update norm of the round's replies; 0 = off.",

@@ -27,6 +27,7 @@ from . import console
 from .checkpoint import (check_resumable, find_checkpoint, load_checkpoint, save_checkpoint,
                          set_rng_state)
 from .results import RunRecorder, make_run_dir, mark_failed, mark_running, write_json_atomic
+from .sim_poll import speed_up_message_poll
 from .traffic import MeteredGrid
 
 app = ServerApp()
@@ -116,6 +117,8 @@ def run_server(grid: Grid, context: Context, where: dict) -> None:
         plot_labels(cfg, partitions["clients"], run_dir)
 
     simulation = getattr(grid, "fixed_size", False) or is_simulation(grid)
+    if is_simulation(grid) and cfg["simulation-fast-poll"]:
+        speed_up_message_poll(grid)  # docs/performance.md#many-clients
     grid = MeteredGrid(grid)  # counts the clients and bytes of every message sent and received
     grid.fixed_size = simulation  # too few simulated nodes: an error at once, no waiting
     recorder = RunRecorder(cfg, build_model(cfg["model"], spec.in_shape, spec.num_classes,

@@ -1,0 +1,113 @@
+"""The simulation's fast message poll (server_app/sim_poll.py) on Flower's real link state.
+
+The rule: for every node, the fast poll returns exactly what the rule of the engine's poll says
+(the undelivered messages addressed to that node, at most `limit`, each then marked delivered),
+and it does not ask Flower's per-message checks for a node that no message is addressed to.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from flwr.app import Message, RecordDict
+from flwr.proto.task_pb2 import Task  # pylint: disable=no-name-in-module
+from flwr.server.superlink.fleet.vce.vce_api import _register_nodes
+from flwr.server.superlink.linkstate import LinkStateFactory
+from flwr.server.superlink.linkstate.in_memory_linkstate import RunRecord
+from flwr.simulation.run_simulation import NoOpFederationManager
+from flwr.supercore.constant import FLWR_IN_MEMORY_DB_NAME
+from flwr.supercore.object_store import ObjectStoreFactory
+from flwr.supercore.run import Run
+from flwr.supercore.task_identity import TaskIdentity
+from flwr.superlink.federation.noop_federation_manager import NOOP_FEDERATION_ID
+from flwr.superlink.grid import InMemoryGrid
+
+from server_app.sim_poll import speed_up_message_poll
+
+RUN_ID = 7
+
+
+@pytest.fixture()
+def sim():
+    """A simulation's link state with 50 registered nodes and a run, as the engine makes them."""
+    TaskIdentity.run_id, TaskIdentity.task_id, TaskIdentity.node_id = RUN_ID, 1, 1
+    factory = LinkStateFactory(FLWR_IN_MEMORY_DB_NAME, NoOpFederationManager(),
+                               ObjectStoreFactory())
+    nodes = list(_register_nodes(50, factory))
+    state = factory.state()
+    run = Run.create_empty(run_id=RUN_ID)
+    run.primary_task_id, run.federation_id = 1, NOOP_FEDERATION_ID
+    state.run_ids[RUN_ID] = RunRecord(run=run)
+    state.task_store[1] = Task(task_id=1, run_id=RUN_ID)
+    grid = InMemoryGrid(state_factory=factory)
+    grid.set_run(run)
+    return grid, state, nodes
+
+
+def push(grid, node_ids) -> list[str]:
+    return list(grid.push_messages([Message(RecordDict(), n, "train") for n in node_ids]))
+
+
+def test_poll_delivers_what_the_rule_says_and_skips_idle_nodes(sim):
+    grid, state, nodes = sim
+    asked = []
+    flower_get = state.get_message_ins
+    assert speed_up_message_poll(grid)
+    assert state._poll_flower_get_message_ins == flower_get
+    state._poll_flower_get_message_ins = lambda node_id, limit, **kw: (
+        asked.append(node_id), flower_get(node_id, limit, **kw))[1]
+
+    rng = random.Random(0)
+    delivered: set[str] = set()
+    for step in range(6):  # rounds: messages pushed, swept, some pulled, more pushed
+        targets = rng.sample(nodes, 5) + rng.sample(nodes, 2)  # some nodes get two messages
+        ids = dict(zip(push(grid, targets), targets))
+        if step % 2:  # the previous round's messages leave the store (their replies pulled)
+            for msg_id in list(state.message_ins_store):
+                if msg_id in delivered:
+                    del state.message_ins_store[msg_id]
+        for _ in range(2):  # two sweeps: the second finds the second message of a node
+            asked.clear()
+            for node in rng.sample(nodes, len(nodes)):
+                expected = [m for m in state.message_ins_store.values()
+                            if m.metadata.dst_node_id == node and not m.metadata.delivered_at]
+                got = state.get_message_ins(node_id=node, limit=1)
+                assert [m.metadata.message_id for m in got] == [
+                    m.metadata.message_id for m in expected[:1]]
+                assert all(m.metadata.delivered_at for m in got)
+                delivered |= {m.metadata.message_id for m in got}
+            addressees = {m.metadata.dst_node_id for m in state.message_ins_store.values()}
+            assert set(asked) == addressees  # Flower's checks run for these nodes only
+        assert set(ids) <= delivered
+
+
+def test_an_expired_message_is_dropped_by_flowers_checks(sim):
+    grid, state, nodes = sim
+    assert speed_up_message_poll(grid)
+    (msg_id,) = push(grid, nodes[:1])
+    state.message_ins_store[msg_id].metadata.__dict__["_created_at"] -= 10 ** 6  # ttl passed
+    assert state.get_message_ins(node_id=nodes[1], limit=1) == []
+    assert state.get_message_ins(node_id=nodes[0], limit=1) == []  # expired: not delivered
+    assert msg_id not in state.message_ins_store
+
+
+def test_left_alone_where_it_does_not_apply(sim):
+    grid, state, _ = sim
+    assert speed_up_message_poll(grid)
+    assert not speed_up_message_poll(grid)  # installed once
+
+    class InMemoryLinkState:  # a link state of another Flower version: not touched
+        message_ins_store: dict = {}
+        lock = None
+
+        def get_message_ins(self, node_id, limit):
+            return []
+
+    class OtherGrid:
+        state = InMemoryLinkState()
+
+    other = OtherGrid()
+    assert not speed_up_message_poll(other)
+    assert "get_message_ins" not in vars(other.state)
+    assert not speed_up_message_poll(object())
