@@ -146,8 +146,8 @@ def main() -> None:
                 r = run_population(n, args.per_round, args.rounds, args.local_iterations, data,
                                    Path(tmp) / f"work-{n}-{poll}", poll)
                 results["populations"].append(r)
-            print(f"  round 1 {r['round-1-s']:.2f} s, median round {r['median-round-s']:.2f} s, "
-                  f"peak {r['peak-mb']:.0f} MB", flush=True)
+                print(f"  round 1 {r['round-1-s']:.2f} s, median round "
+                      f"{r['median-round-s']:.2f} s, peak {r['peak-mb']:.0f} MB", flush=True)
     ref = args.ref if args.ref in populations else None
     print(f"\n| poll | clients | round 1 s | round 1 ms per client above {populations[0]} | "
           f"median round s | median vs {ref or '-'} | set-up s | wall s | peak MB |")
