@@ -8,12 +8,13 @@ and it does not ask Flower's per-message checks for a node that no message is ad
 from __future__ import annotations
 
 import random
+import threading
 
 import pytest
 from flwr.app import Message, RecordDict
 from flwr.proto.task_pb2 import Task  # pylint: disable=no-name-in-module
 from flwr.server.superlink.fleet.vce.vce_api import _register_nodes
-from flwr.server.superlink.linkstate import LinkStateFactory
+from flwr.server.superlink.linkstate import InMemoryLinkState, LinkStateFactory
 from flwr.server.superlink.linkstate.in_memory_linkstate import RunRecord
 from flwr.simulation.run_simulation import NoOpFederationManager
 from flwr.supercore.constant import FLWR_IN_MEMORY_DB_NAME
@@ -49,14 +50,17 @@ def push(grid, node_ids) -> list[str]:
     return list(grid.push_messages([Message(RecordDict(), n, "train") for n in node_ids]))
 
 
-def test_poll_delivers_what_the_rule_says_and_skips_idle_nodes(sim):
+def test_poll_delivers_what_the_rule_says_and_skips_idle_nodes(sim, monkeypatch):
     grid, state, nodes = sim
     asked = []
-    flower_get = state.get_message_ins
+    flower_get = InMemoryLinkState.get_message_ins
+
+    def recording_get(self, node_id, limit, *, run_id=None):  # Flower's, counting its calls
+        asked.append(node_id)
+        return flower_get(self, node_id, limit, run_id=run_id)
+
+    monkeypatch.setattr(InMemoryLinkState, "get_message_ins", recording_get)
     assert speed_up_message_poll(grid)
-    assert state._poll_flower_get_message_ins == flower_get
-    state._poll_flower_get_message_ins = lambda node_id, limit, **kw: (
-        asked.append(node_id), flower_get(node_id, limit, **kw))[1]
 
     rng = random.Random(0)
     delivered: set[str] = set()
@@ -80,6 +84,21 @@ def test_poll_delivers_what_the_rule_says_and_skips_idle_nodes(sim):
             addressees = {m.metadata.dst_node_id for m in state.message_ins_store.values()}
             assert set(asked) == addressees  # Flower's checks run for these nodes only
         assert set(ids) <= delivered
+    # one message out and one in between two polls: same count, same oldest message
+    newest = next(reversed(state.message_ins_store))
+    del state.message_ins_store[newest]
+    idle = next(n for n in nodes if n not in {
+        m.metadata.dst_node_id for m in state.message_ins_store.values()})
+    (msg_id,) = push(grid, [idle])
+    assert [m.metadata.message_id for m in state.get_message_ins(node_id=idle, limit=1)] == [
+        msg_id]
+    # only a message out (not the newest): its node is idle again, Flower's checks not asked
+    oldest = state.message_ins_store.pop(next(iter(state.message_ins_store)))
+    node = oldest.metadata.dst_node_id
+    assert all(m.metadata.dst_node_id != node for m in state.message_ins_store.values())
+    asked.clear()
+    assert state.get_message_ins(node_id=node, limit=1) == []
+    assert asked == []
 
 
 def test_an_expired_message_is_dropped_by_flowers_checks(sim):
@@ -99,7 +118,7 @@ def test_left_alone_where_it_does_not_apply(sim):
 
     class InMemoryLinkState:  # a link state of another Flower version: not touched
         message_ins_store: dict = {}
-        lock = None
+        lock = threading.RLock()
 
         def get_message_ins(self, node_id, limit):
             return []
