@@ -223,7 +223,7 @@ def limit_influence(server_round: int, screened: Screened, phi: State, norm_rati
         bound = weight_ratio * statistics.median(n for _, _, n in good)
         cap_weights(server_round, screened, bound, describe,
                     f"> {weight_ratio:g} x the round's median: weighted as {bound:g} "
-                    "(weight-ratio)")
+                    "(num-examples-ratio)")
     counts["replies"] = len(good)
     return screened
 
