@@ -27,6 +27,8 @@ from typing import Any
 
 import torch
 
+from feddata.atomic_file import write_atomic
+
 RUN_KEY, ROUND_KEY, KEEP_KEY = "client-state-run", "client-state-round", "client-state-keep"
 LOST_MARK = "[client state lost]"  # the server stops the run on this (strategies/client_state)
 _TOKEN = re.compile(r"^[0-9a-f]{32}$")
@@ -58,18 +60,8 @@ class DiskVersions:
             self.folder.mkdir(parents=True, exist_ok=True)
             for folder in (self.folder, self.folder.parent, self.folder.parent.parent):
                 os.chmod(folder, 0o700)  # <cache dir>/client-state/<run>/p<i>: owner only
-        path = self.folder / f"{name}.r{server_round}.pt"
-        tmp = self.folder / f".{path.name}.{os.getpid()}.tmp"
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "wb") as f:
-                torch.save(tensors, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        finally:
-            if tmp.exists():
-                tmp.unlink()
+        write_atomic(self.folder / f"{name}.r{server_round}.pt",
+                     lambda f: torch.save(tensors, f), mode=0o600)  # owner only
 
     def rounds(self, name: str) -> list[int]:
         if not self.folder.is_dir():

@@ -21,7 +21,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import random
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from feddata.atomic_file import write_atomic
 from run_config import KEYS, PRESETS, ConfigError
 
 CHECKPOINT_NAME = "checkpoint.pt"
@@ -58,22 +58,13 @@ def save_checkpoint(run_dir: Path, server_round: int, config: dict[str, Any],
                     strategy_state: dict[str, Any], rows: list[dict[str, Any]]) -> Path:
     """Write `run_dir/checkpoint.pt` atomically; returns its path."""
     path = Path(run_dir) / CHECKPOINT_NAME
-    tmp = path.with_name(f".{CHECKPOINT_NAME}.{os.getpid()}.tmp")
     payload = {"format": CHECKPOINT_FORMAT, "round": server_round, "config": dict(config),
                "strategy": strategy_state, "rng": rng_state(), "rows": [dict(r) for r in rows]}
     buffer = io.BytesIO()
     torch.save(payload, buffer)
     data = buffer.getvalue()
-    try:
-        with open(tmp, "wb") as f:
-            f.write(CHECKSUM_PREFIX + hashlib.sha256(data).hexdigest().encode() + b"\n")
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    header = CHECKSUM_PREFIX + hashlib.sha256(data).hexdigest().encode() + b"\n"
+    write_atomic(path, lambda f: f.writelines((header, data)))
     return path
 
 

@@ -159,6 +159,19 @@ def screen_replies(
     return out
 
 
+def cap_weights(server_round: int, screened: Screened, bound: float,
+                describe: Callable[[int], str], why: str) -> None:
+    """Cut every claimed weight n_i > bound to bound, counted as `capped-weight` and logged
+    with `why` (which rule, and the bound). In place."""
+    good, counts = screened.good, screened.counts
+    for i, (msg, model, n) in enumerate(good):
+        if n > bound:
+            counts["capped-weight"] = counts.get("capped-weight", 0) + 1
+            log(WARNING, "round %d: %s claims %g examples, %s", server_round,
+                describe(msg.metadata.src_node_id), n, why)
+            good[i] = (msg, model, bound)
+
+
 def limit_influence(server_round: int, screened: Screened, phi: State, norm_ratio: float,
                     weight_ratio: float, describe: Callable[[int], str],
                     max_weight: float = 0.0, clip_ratio: float = 0.0) -> Screened:
@@ -203,22 +216,14 @@ def limit_influence(server_round: int, screened: Screened, phi: State, norm_rati
                 good[i] = (msg, {k: phi[k] + (v - phi[k]) * scale if v.is_floating_point() else v
                                  for k, v in model.items()}, n)
     if max_weight > 0:
-        for i, (msg, model, n) in enumerate(good):
-            if n > max_weight:
-                counts["capped-weight"] = counts.get("capped-weight", 0) + 1
-                log(WARNING, "round %d: %s claims %g examples, more than the largest partition "
-                    "(%g): weighted as %g (num-examples-check)", server_round,
-                    describe(msg.metadata.src_node_id), n, max_weight, max_weight)
-                good[i] = (msg, model, max_weight)
+        cap_weights(server_round, screened, max_weight, describe,
+                    f"more than the largest partition ({max_weight:g}): weighted as "
+                    f"{max_weight:g} (num-examples-check)")
     if weight_ratio > 0 and len(good) >= 2:
         bound = weight_ratio * statistics.median(n for _, _, n in good)
-        for i, (msg, model, n) in enumerate(good):
-            if n > bound:
-                counts["capped-weight"] = counts.get("capped-weight", 0) + 1
-                log(WARNING, "round %d: %s claims %g examples, > %g x the round's median: "
-                    "weighted as %g (weight-ratio)", server_round,
-                    describe(msg.metadata.src_node_id), n, weight_ratio, bound)
-                good[i] = (msg, model, bound)
+        cap_weights(server_round, screened, bound, describe,
+                    f"> {weight_ratio:g} x the round's median: weighted as {bound:g} "
+                    "(num-examples-ratio)")
     counts["replies"] = len(good)
     return screened
 

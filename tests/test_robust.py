@@ -121,6 +121,19 @@ def test_limit_influence_drops_norm_outliers_and_caps_weights_by_hand():
     assert s.counts["capped-weight"] == 1
 
 
+def test_a_capped_weight_is_logged_with_the_key_that_sets_the_cap(caplog):
+    phi = {"w": torch.zeros(1)}
+    models = [{"w": torch.ones(1)} for _ in range(3)]
+    # largest partition 35 cuts 1e18 to 35; then the median of 10, 20, 35 is 20: 35 > 1.5 x 20
+    limit_influence(1, screened(models, [10, 20, 1e18]), phi, 0.0, 1.5, str, max_weight=35.0)
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == [
+        "round 1: 0 claims 1e+18 examples, more than the largest partition (35): weighted as 35 "
+        "(num-examples-check)",
+        "round 1: 0 claims 35 examples, > 1.5 x the round's median: weighted as 30 "
+        "(num-examples-ratio)"]
+
+
 def test_limit_influence_clips_long_updates_to_the_ratio_times_the_median_by_hand():
     phi = {"w": torch.tensor([1.0, 1.0]), "steps": torch.tensor([3])}
     us = [[3.0, 4.0], [0.0, 5.0], [6.0, 8.0], [0.0, -30.0]]  # norms 5, 5, 10, 30: median 7.5

@@ -1,0 +1,60 @@
+"""The one atomic write (feddata.atomic_file) as the client state and the checkpoint use it: the
+client's state files are owner-only (0600, folders 0700) whatever the umask, a checkpoint gets the
+usual mode (0666 less the umask), and a write that dies half way leaves the old file and no
+temporary file."""
+
+import os
+import stat
+from contextlib import contextmanager
+
+import pytest
+import torch
+
+from client_app.client_state import DiskVersions
+from feddata.atomic_file import write_atomic
+from server_app.checkpoint import load_checkpoint, save_checkpoint
+
+
+@contextmanager
+def umask(mask):
+    old = os.umask(mask)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+def mode(path):
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_client_state_files_are_owner_only_whatever_the_umask(tmp_path):
+    folder = tmp_path / "client-state" / ("0" * 32) / "p3"
+    state = {"c": torch.arange(4.0)}
+    with umask(0):  # nothing masked: the mode is the one the file is created with
+        DiskVersions(folder).write("scaffold-c", 2, state)
+    path = folder / "scaffold-c.r2.pt"
+    assert mode(path) == 0o600
+    assert [mode(f) for f in (folder, folder.parent, folder.parent.parent)] == [0o700] * 3
+    assert torch.equal(DiskVersions(folder).read("scaffold-c", 2)["c"], state["c"])
+
+
+def test_a_checkpoint_has_the_usual_mode(tmp_path):
+    with umask(0o022):
+        path = save_checkpoint(tmp_path, 1, {}, {}, [])
+    assert mode(path) == 0o644 and load_checkpoint(path)["round"] == 1
+
+
+def test_a_write_that_dies_half_way_keeps_the_old_file(tmp_path):
+    path = tmp_path / "state.pt"
+    write_atomic(path, lambda f: f.write(b"old"), mode=0o600)
+
+    def dies_half_way(f):
+        f.write(b"half of the new")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        write_atomic(path, dies_half_way, mode=0o600)
+    assert path.read_bytes() == b"old" and os.listdir(tmp_path) == ["state.pt"]
+    write_atomic(path, lambda f: f.write(b"new"))
+    assert path.read_bytes() == b"new" and os.listdir(tmp_path) == ["state.pt"]
