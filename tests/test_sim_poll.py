@@ -130,3 +130,48 @@ def test_left_alone_where_it_does_not_apply(sim):
     assert not speed_up_message_poll(other)
     assert "get_message_ins" not in vars(other.state)
     assert not speed_up_message_poll(object())
+
+
+def test_the_store_is_read_under_the_states_lock(sim):
+    """The ServerApp's thread adds and removes messages under the state's lock while the engine
+    polls: a poll that reads the store without the lock can fail ('dictionary changed size
+    during iteration'), which ends Flower's poll thread and hangs the run."""
+    grid, state, nodes = sim
+    held = []
+
+    class RecordingLock:
+        def __init__(self, lock):
+            self.lock, self.depth = lock, 0
+
+        def __enter__(self):
+            self.lock.acquire()
+            self.depth += 1
+
+        def __exit__(self, *exc):
+            self.depth -= 1
+            self.lock.release()
+
+    class Store(dict):  # records, on every read, whether the lock is held
+        def __len__(self):
+            held.append(state.lock.depth > 0)
+            return super().__len__()
+
+        def __iter__(self):
+            held.append(state.lock.depth > 0)
+            return super().__iter__()
+
+        def __reversed__(self):
+            held.append(state.lock.depth > 0)
+            return super().__reversed__()
+
+        def values(self):
+            held.append(state.lock.depth > 0)
+            return super().values()
+
+    state.lock = RecordingLock(state.lock)
+    state.message_ins_store = Store()
+    assert speed_up_message_poll(grid)
+    push(grid, nodes[:3])
+    for node in nodes:
+        state.get_message_ins(node_id=node, limit=1)
+    assert held and all(held)
