@@ -48,11 +48,14 @@ def speed_up_message_poll(grid) -> bool:
     def get_message_ins(node_id: int, limit: int | None, *, run_id: int | None = None):
         """Flower's `get_message_ins`, skipped for a node no stored message is addressed to."""
         nonlocal seen
-        with lock:  # the ServerApp's and the engine's threads add and remove messages
-            version = (len(store), next(reversed(store), None))
-            if version != seen[0]:
-                seen = (version, frozenset(m.metadata.dst_node_id for m in store.values()))
-            idle = node_id not in seen[1]
+        try:
+            with lock:  # the ServerApp's and the engine's threads add and remove messages
+                version = (len(store), next(reversed(store), None))
+                if version != seen[0]:
+                    seen = (version, frozenset(m.metadata.dst_node_id for m in store.values()))
+                idle = node_id not in seen[1]
+        except Exception:  # an error here would end Flower's poll thread: ask Flower instead
+            idle = False
         return [] if idle else flower_get_message_ins(node_id, limit, run_id=run_id)
 
     state.get_message_ins = get_message_ins

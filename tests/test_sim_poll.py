@@ -175,3 +175,18 @@ def test_the_store_is_read_under_the_states_lock(sim):
     for node in nodes:
         state.get_message_ins(node_id=node, limit=1)
     assert held and all(held)
+
+
+def test_a_failing_fast_path_leaves_the_answer_to_flower(sim):
+    grid, state, nodes = sim
+
+    class Store(dict):
+        def __reversed__(self):
+            raise RuntimeError("dictionary changed size during iteration")
+
+    state.message_ins_store = Store()
+    assert speed_up_message_poll(grid)
+    (msg_id,) = push(grid, nodes[:1])
+    assert [m.metadata.message_id for m in state.get_message_ins(node_id=nodes[0], limit=1)] == [
+        msg_id]
+    assert state.get_message_ins(node_id=nodes[1], limit=1) == []
