@@ -289,6 +289,22 @@ def test_feddc_client_with_state_against_a_second_implementation(monkeypatch):
         assert torch.allclose(new_h[n], h_i[n] + d, atol=1e-7)
 
 
+def test_feddc_client_weight_is_from_the_training_example_counts():
+    """om_i = n_i N / sum_j n_j with n_i the client's training examples (the num-examples it
+    reports; FedDC's code: the size of its training set), not the partition with its held-out
+    part; an unbalanced split, so the om_i differ."""
+    from feddata.loading import load_client_data
+    from methods.feddc import client_weight
+
+    cfg = resolve({"method": "feddc", "dataset": "digits", "partitioner": "lda",
+                   "lda-alpha": 0.3, "client-val-fraction": 0.1, "seed": 0})
+    big_n = 6
+    n = [len(load_client_data(cfg, i, big_n).train_y) for i in range(big_n)]
+    assert len(set(n)) > 1
+    for i in range(big_n):
+        assert client_weight(cfg, i, big_n) == pytest.approx(n[i] * big_n / sum(n), rel=1e-12)
+
+
 def test_feddc_server_two_rounds_by_hand():
     model, big_n = mlp(), 5
     rule = FedDCRule(rule_cfg(method="feddc"), model)
