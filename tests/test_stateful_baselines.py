@@ -409,6 +409,26 @@ def test_each_method_runs_end_to_end_and_keeps_client_state_on_disk(
         assert rounds[pid] in kept and len(kept) <= 2
 
 
+def test_client_state_is_made_from_the_dequantised_update(tmp_path, partition_cache_dir):
+    """With uplink-bits, client state uses w_i = phi + Q(d_i), what the server aggregates
+    (docs/baselines.md#fedpaq). FedDyn, round 1: each client keeps g_i = -alpha d_i and the
+    server h = -(alpha/N) sum_S d_i, so sum_S g_i = N h holds only when both use the same d_i
+    (2-bit codes: Q(d_i) is far from d_i). The robustness rules, which rescale d_i on the
+    server only, are off."""
+    n_nodes = 6
+    run_app(tmp_path, method="feddyn", nodes=n_nodes, **{
+        "num-server-rounds": 1, "uplink-bits": 2, "update-clip-ratio": 0.0,
+        "update-norm-ratio": 0.0})
+    ckpt = load_checkpoint(tmp_path / "run" / "checkpoint.pt")
+    h = ckpt["strategy"]["feddyn-h"]
+    folder = partition_cache_dir / "client-state" / ckpt["strategy"]["client-state-run"]
+    files = sorted(folder.glob("p*/feddyn-g-i.r1.pt"))
+    assert len(files) == 3  # fraction-train 0.5 of 6
+    g = [torch.load(f, weights_only=True) for f in files]
+    for k in g[0]:
+        assert torch.allclose(sum(x[k] for x in g), n_nodes * h[k], atol=1e-6), k
+
+
 def resume_equals_uninterrupted(tmp_path, method):
     ref = tmp_path / "ref"
     run_app(ref, method=method, **{"num-server-rounds": 6, "checkpoint-every": 3})
