@@ -147,13 +147,20 @@ def to_tensors(ds, spec: DatasetSpec, ready: bool) -> tuple[torch.Tensor, torch.
     return (normalize(x, spec) if ready else x), label_tensor(ds, spec)
 
 
+def held_out_size(n: int, val_fraction: float) -> int:
+    """How many of a partition's n examples are held out (client-val-fraction); the client
+    trains on the other n - held_out_size(n, val_fraction)."""
+    val_n = int(round(n * val_fraction))
+    return val_n if 0 < val_n < n else 0
+
+
 @functools.lru_cache(maxsize=256)
 def _client_data(key: tuple, partition_id: int, num_partitions: int) -> ClientData:
     cfg = dict(zip(DATA_KEYS, key))
     part = load_partition(cfg, partition_id, num_partitions)
     spec = DATASET_BY_NAME[cfg["dataset"]]
-    val_n = int(round(len(part) * cfg["client-val-fraction"]))
-    if val_n > 0 and len(part) - val_n > 0:
+    val_n = held_out_size(len(part), cfg["client-val-fraction"])
+    if val_n > 0:
         split = part.train_test_split(test_size=val_n, seed=cfg["seed"])
         train, val = split["train"], split["test"]
     else:

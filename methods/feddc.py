@@ -10,8 +10,8 @@ Server (state G and H = sum over all clients of h_j, 2x):
     G += (1/N) * sum_{i in S} om_i (G_i+ - G_i)
     H += sum_{i in S} d_i;   theta = mean_S(w_i) + H / N
 Down theta and G, up w_i and the G_i change: 2x each way. `alpha` is the key `feddc-alpha`; n_i
-is the size of partition i (before the held-out split), computed on the client from the
-partitioning, which every node makes the same way.
+is the number of training examples of partition i (its held-out part removed, as the client
+reports it), computed on the client from the partitioning, which every node makes the same way.
 """
 
 from __future__ import annotations
@@ -28,18 +28,23 @@ H_I_STATE, G_I_STATE = "feddc-h-i", "feddc-g-i"
 
 
 @functools.lru_cache(maxsize=8)
-def _partition_sizes(frozen_cfg: tuple, num_partitions: int) -> tuple[int, ...]:
+def _training_sizes(frozen_cfg: tuple, num_partitions: int) -> tuple[int, ...]:
+    """n_j: the training examples of every partition (its held-out part removed)."""
+    from feddata.loading import held_out_size
     from feddata.summary import partition_labels
 
-    return tuple(len(labels) for labels in partition_labels(dict(frozen_cfg), num_partitions))
+    cfg = dict(frozen_cfg)
+    sizes = (len(labels) for labels in partition_labels(cfg, num_partitions))
+    return tuple(n - held_out_size(n, cfg["client-val-fraction"]) for n in sizes)
 
 
 def client_weight(cfg: dict[str, Any], partition: int, num_partitions: int) -> float:
-    """om_i = n_i N / sum_j n_j over the N partitions (1 when every partition has the same size;
-    1 for a local update outside a federation, num_partitions = 0)."""
+    """om_i = n_i N / sum_j n_j over the N partitions, n_j their training examples (1 when every
+    partition has the same size; 1 for a local update outside a federation, num_partitions =
+    0)."""
     if num_partitions <= 0:
         return 1.0
-    sizes = _partition_sizes(tuple(sorted(cfg.items())), num_partitions)
+    sizes = _training_sizes(tuple(sorted(cfg.items())), num_partitions)
     return sizes[partition] * num_partitions / sum(sizes)
 
 

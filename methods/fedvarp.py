@@ -21,6 +21,7 @@ from .parts import Method, ServerRule
 from .registry import register
 
 WHY_NOT = "FedVARP has its own server rule; no paper adds it"
+UNTESTED_GC = "GC-Fed keeps GC off variance-reduction methods (docs/baselines.md#combinations)"
 
 
 class UpdateTable:
@@ -56,6 +57,7 @@ class FedVARPRule(ServerRule):
     name = "fedvarp"
     keys = ("eta", "aggregation", "fedvarp-memory-mb")
     supports = frozenset({"aggregation=uniform", "resume"})
+    untested = {"local-gc": UNTESTED_GC}  # (global GC and look-ahead: not supported at all)
     summary = ("variance reduction with the last update of every client "
                "(docs/baselines.md#fedvarp)")
 

@@ -300,6 +300,22 @@ def test_fedvarp_partial_participation_against_a_plain_table():
         torch.testing.assert_close(rule.y, y_rows.mean(0))
 
 
+def test_fedvarp_with_gc_is_an_untested_combination():
+    """GC-Fed keeps GC off variance-reduction methods (docs/baselines.md#combinations: FedVARP +
+    GC "no"): local GC is refused unless allow-untested-combinations; global GC and look-ahead
+    cannot work with its rule at all."""
+    from run_config import ConfigError
+
+    with pytest.raises(ConfigError, match="'local-gc' = 'all' with server-rule 'fedvarp' is "
+                       "untested.*allow-untested-combinations"):
+        resolved({"method": "fedvarp", "local-gc": "all"})
+    assert resolved({"method": "fedvarp", "local-gc": "all",
+                     "allow-untested-combinations": True})["local-gc"] == "all"
+    for switch in ({"global-gc": "all"}, {"lookahead": True, "lam": 0.5}):
+        with pytest.raises(ConfigError, match="cannot be combined with method 'fedvarp'"):
+            resolved({"method": "fedvarp", **switch, "allow-untested-combinations": True})
+
+
 def test_fedvarp_table_on_disk_and_resume_are_exact():
     in_memory, on_disk = fedvarp_rule(), fedvarp_rule(**{"fedvarp-memory-mb": 1e-6})
     for _ in zip(drive(in_memory, 3, 2, 4, seed=2), drive(on_disk, 3, 2, 4, seed=2)):

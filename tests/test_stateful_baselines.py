@@ -289,6 +289,22 @@ def test_feddc_client_with_state_against_a_second_implementation(monkeypatch):
         assert torch.allclose(new_h[n], h_i[n] + d, atol=1e-7)
 
 
+def test_feddc_client_weight_is_from_the_training_example_counts():
+    """om_i = n_i N / sum_j n_j with n_i the client's training examples (the num-examples it
+    reports; FedDC's code: the size of its training set), not the partition with its held-out
+    part; an unbalanced split, so the om_i differ."""
+    from feddata.loading import load_client_data
+    from methods.feddc import client_weight
+
+    cfg = resolve({"method": "feddc", "dataset": "digits", "partitioner": "lda",
+                   "lda-alpha": 0.3, "client-val-fraction": 0.1, "seed": 0})
+    big_n = 6
+    n = [len(load_client_data(cfg, i, big_n).train_y) for i in range(big_n)]
+    assert len(set(n)) > 1
+    for i in range(big_n):
+        assert client_weight(cfg, i, big_n) == pytest.approx(n[i] * big_n / sum(n), rel=1e-12)
+
+
 def test_feddc_server_two_rounds_by_hand():
     model, big_n = mlp(), 5
     rule = FedDCRule(rule_cfg(method="feddc"), model)
@@ -391,6 +407,26 @@ def test_each_method_runs_end_to_end_and_keeps_client_state_on_disk(
     assert {pid for pid, _ in found} == set(rounds)
     for (pid, name), kept in found.items():
         assert rounds[pid] in kept and len(kept) <= 2
+
+
+def test_client_state_is_made_from_the_dequantised_update(tmp_path, partition_cache_dir):
+    """With uplink-bits, client state uses w_i = phi + Q(d_i), what the server aggregates
+    (docs/baselines.md#fedpaq). FedDyn, round 1: each client keeps g_i = -alpha d_i and the
+    server h = -(alpha/N) sum_S d_i, so sum_S g_i = N h holds only when both use the same d_i
+    (2-bit codes: Q(d_i) is far from d_i). The robustness rules, which rescale d_i on the
+    server only, are off."""
+    n_nodes = 6
+    run_app(tmp_path, method="feddyn", nodes=n_nodes, **{
+        "num-server-rounds": 1, "uplink-bits": 2, "update-clip-ratio": 0.0,
+        "update-norm-ratio": 0.0})
+    ckpt = load_checkpoint(tmp_path / "run" / "checkpoint.pt")
+    h = ckpt["strategy"]["feddyn-h"]
+    folder = partition_cache_dir / "client-state" / ckpt["strategy"]["client-state-run"]
+    files = sorted(folder.glob("p*/feddyn-g-i.r1.pt"))
+    assert len(files) == 3  # fraction-train 0.5 of 6
+    g = [torch.load(f, weights_only=True) for f in files]
+    for k in g[0]:
+        assert torch.allclose(sum(x[k] for x in g), n_nodes * h[k], atol=1e-6), k
 
 
 def resume_equals_uninterrupted(tmp_path, method):
