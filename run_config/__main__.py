@@ -146,7 +146,10 @@ another value on the command line wins (`method`, `lr`, `num-server-rounds`, `da
 ...). Flower hands the ServerApp defaults and command-line values alike, so a key given exactly
 its default value keeps the set-up's value. `method` defaults to `auto` (the set-up's method;
 `fedacg` without a set-up). The federation size is not a run-config value: pass the
-`num-supernodes` of the table (the server warns when the number of connected nodes differs). A
+`num-supernodes` of the table (the server warns when the number of connected nodes differs).
+The app's limits on one reply's influence that change honest rounds (`update-norm-ratio`,
+`update-clip-ratio`, `num-examples-ratio`; [security](security.md)) are off in every set-up, as
+the papers' servers apply every update as it came. A
 set-up never sets the keys a method sets (`lam`, `beta`, `local-gc`, ...), so every method runs
 on every set-up. The YAML files are checked by the run-config schema when they are loaded (and by
 the tests). Where a set-up's values come from, and what had to be inferred:

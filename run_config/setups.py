@@ -20,6 +20,13 @@ so every method can run on every set-up. Row names are our method names where we
 (`fedavg`, `fedacg`, `gcfed`, `feddyn-fedacg`, `feddyn-gcfed`, ...: the variant the table's
 paper ran), the paper's names otherwise (`moon`, ...).
 
+A set-up reproduces a paper, whose server applies every update as it came: the influence limits
+that the app's defaults put on replies (`update-norm-ratio`, `update-clip-ratio`,
+`num-examples-ratio`; docs/security.md) are off (0) in every set-up unless its file sets them.
+They change honest rounds where clients run very different numbers of local steps (GC-Fed's
+unbalanced LDA splits), and they would part the server's state from the clients' in SCAFFOLD,
+FedDyn and FedDC, whose clients build their state from the update before the server limits it.
+
 With `setup = "<name>"` in the run config, the set-up's method and values replace every key that
 still holds its schema default (the ServerApp cannot tell a default from a value given on the
 command line, so giving a key its default value keeps the set-up's value). `method` is `auto` by
@@ -38,6 +45,8 @@ from .schema import KEYS_BY_NAME, METHODS, PRESET
 SETUP_DIR = Path(__file__).resolve().parent / "setups"
 _FIELDS = {"paper", "description", "method", "federation", "run-config", "notes", "reported"}
 _REQUIRED = ("paper", "method", "federation", "run-config", "reported")
+# the papers' servers limit no reply: these defaults of the app are off in a set-up
+PAPER_SERVER = {"update-norm-ratio": 0.0, "update-clip-ratio": 0.0, "num-examples-ratio": 0.0}
 
 
 class SetupError(ConfigError):
@@ -93,7 +102,7 @@ def load_setup(name: str) -> dict[str, Any]:
     if (not isinstance(size, int) or isinstance(size, bool) or size < 1
             or len(data["federation"]) != 1):
         raise SetupError(f"{where}: federation must be {{num-supernodes: <int >= 1>}}")
-    run_config = {}
+    run_config = dict(PAPER_SERVER)
     for key_name, value in (data["run-config"] or {}).items():
         key = KEYS_BY_NAME.get(key_name)
         if key is None:

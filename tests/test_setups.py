@@ -71,6 +71,24 @@ def test_run_config_values_win_over_the_setup_except_defaults():
     assert resolve({})["method"] == "fedacg"  # method 'auto' without a set-up
 
 
+def test_a_setup_limits_no_reply_unless_asked(tmp_path):
+    """The papers' servers apply every update as it came: the app's influence limits are off in
+    every set-up; a set-up file or the run config can still turn them on."""
+    limits = {"update-norm-ratio": 10.0, "update-clip-ratio": 2.0, "num-examples-ratio": 10.0}
+    assert {k: resolve({})[k] for k in limits} == limits  # the app's defaults
+    for name in setup_names():
+        cfg = resolve({"setup": name})
+        assert {k: cfg[k] for k in limits} == dict.fromkeys(limits, 0.0), name
+    cfg = resolve({"setup": "gcfed-t5-cifar10-5of100-lda0.05", "update-clip-ratio": 3.0})
+    assert (cfg["update-clip-ratio"], cfg["update-norm-ratio"]) == (3.0, 0.0)
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("paper: mine\nmethod: fedavg\nfederation: {num-supernodes: 6}\n"
+                    "run-config: {update-norm-ratio: 5.0}\n"
+                    "reported: {columns: [acc], rows: {fedavg: [50.0]}}\n")
+    cfg = resolve({"setup": str(mine)})
+    assert (cfg["update-norm-ratio"], cfg["update-clip-ratio"]) == (5.0, 0.0)
+
+
 def test_setup_from_a_path_and_clear_errors(tmp_path):
     good = tmp_path / "mine.yaml"
     good.write_text("paper: mine\nmethod: fedavg\nfederation: {num-supernodes: 6}\n"
