@@ -149,7 +149,8 @@ its default value keeps the set-up's value. `method` defaults to `auto` (the set
 `num-supernodes` of the table (the server warns when the number of connected nodes differs).
 The app's limits on one reply's influence that change honest rounds (`update-norm-ratio`,
 `update-clip-ratio`, `num-examples-ratio`; [security](security.md)) are off in every set-up, as
-the papers' servers apply every update as it came. A
+the papers' servers apply every update as it came. A set-up's `row-config` holds values for one
+method's row only (GC-Fed's tables clip FedDyn alone, at norm 10, as its authors' code does). A
 set-up never sets the keys a method sets (`lam`, `beta`, `local-gc`, ...), so every method runs
 on every set-up. The YAML files are checked by the run-config schema when they are loaded (and by
 the tests). Where a set-up's values come from, and what had to be inferred:

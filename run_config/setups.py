@@ -8,6 +8,7 @@ description: 100 clients, 5% per round, ...          # one line for people
 method: fedacg                                       # the paper's own method
 federation: {num-supernodes: 100}                    # simulated clients (flwr --federation-config)
 run-config: {dataset: cifar10, model: resnet18, ...} # run-config keys, checked like --run-config
+row-config: {feddyn-gcfed: {grad-clip: 10.0}}        # optional: values for one method's row only
 notes: [...]                                         # where the set-up had to be inferred
 reported:                                            # the paper's numbers, one row per method
   metric: ...
@@ -43,7 +44,8 @@ from .errors import ConfigError
 from .schema import KEYS_BY_NAME, METHODS, PRESET
 
 SETUP_DIR = Path(__file__).resolve().parent / "setups"
-_FIELDS = {"paper", "description", "method", "federation", "run-config", "notes", "reported"}
+_FIELDS = {"paper", "description", "method", "federation", "run-config", "row-config", "notes",
+           "reported"}
 _REQUIRED = ("paper", "method", "federation", "run-config", "reported")
 # the papers' servers limit no reply: these defaults of the app are off in a set-up
 PAPER_SERVER = {"update-norm-ratio": 0.0, "update-clip-ratio": 0.0, "num-examples-ratio": 0.0}
@@ -81,7 +83,6 @@ def load_setup(name: str) -> dict[str, Any]:
     """The validated set-up `name` (values typed by the run-config schema)."""
     import yaml
 
-    from .resolve import coerce
 
     path = setup_file(name)
     where = f"set-up {path.name}"
@@ -102,18 +103,12 @@ def load_setup(name: str) -> dict[str, Any]:
     if (not isinstance(size, int) or isinstance(size, bool) or size < 1
             or len(data["federation"]) != 1):
         raise SetupError(f"{where}: federation must be {{num-supernodes: <int >= 1>}}")
-    run_config = dict(PAPER_SERVER)
-    for key_name, value in (data["run-config"] or {}).items():
-        key = KEYS_BY_NAME.get(key_name)
-        if key is None:
-            raise SetupError(f"{where}: unknown run-config key '{key_name}'")
-        if key_name in ("setup", "method") or PRESET in key.choices:
-            raise SetupError(f"{where}: run-config may not set '{key_name}' (the method sets it; "
-                             "a set-up must work for every method)")
-        try:
-            run_config[key_name] = coerce(key, value)
-        except ConfigError as err:
-            raise SetupError(f"{where}: {err}") from None
+    run_config = {**PAPER_SERVER, **_values(data["run-config"], where, "run-config")}
+    row_config = data.get("row-config") or {}
+    if not isinstance(row_config, dict) or any(m not in METHODS for m in row_config):
+        raise SetupError(f"{where}: row-config must map method names to run-config values "
+                         f"(methods: {', '.join(METHODS)})")
+    row_config = {m: _values(v, where, f"row-config of {m}") for m, v in row_config.items()}
     reported = data["reported"]
     columns = reported.get("columns") if isinstance(reported, dict) else None
     rows = reported.get("rows") if isinstance(reported, dict) else None
@@ -121,8 +116,29 @@ def load_setup(name: str) -> dict[str, Any]:
             any(not isinstance(r, list) or len(r) != len(columns) for r in rows.values()):
         raise SetupError(f"{where}: reported needs columns (a list) and rows (method: a list of "
                          "one value per column)")
-    return {**data, "name": path.stem, "run-config": run_config,
+    return {**data, "name": path.stem, "run-config": run_config, "row-config": row_config,
             "num-supernodes": size}
+
+
+def _values(values: Any, where: str, field: str) -> dict[str, Any]:
+    """Run-config values of a set-up file, typed and checked by the schema."""
+    from .resolve import coerce
+
+    if not isinstance(values, dict):
+        raise SetupError(f"{where}: {field} must be a mapping of run-config keys to values")
+    typed = {}
+    for key_name, value in values.items():
+        key = KEYS_BY_NAME.get(key_name)
+        if key is None:
+            raise SetupError(f"{where}: unknown run-config key '{key_name}' in {field}")
+        if key_name in ("setup", "method") or PRESET in key.choices:
+            raise SetupError(f"{where}: {field} may not set '{key_name}' (the method sets it; "
+                             "a set-up must work for every method)")
+        try:
+            typed[key_name] = coerce(key, value)
+        except ConfigError as err:
+            raise SetupError(f"{where}: {err}") from None
+    return typed
 
 
 def apply_setup(run_config: dict[str, Any]) -> dict[str, Any]:
@@ -134,12 +150,13 @@ def apply_setup(run_config: dict[str, Any]) -> dict[str, Any]:
         return dict(run_config)
     setup = load_setup(name)
     merged = dict(run_config)
-    for key_name, value in setup["run-config"].items():
+    if run_config.get("method", "auto") == "auto":
+        merged["method"] = setup["method"]
+    row = setup["row-config"].get(merged["method"], {})
+    for key_name, value in {**setup["run-config"], **row}.items():
         key = KEYS_BY_NAME[key_name]
         if coerce(key, run_config.get(key_name, key.default)) == key.default:
             merged[key_name] = value
-    if run_config.get("method", "auto") == "auto":
-        merged["method"] = setup["method"]
     return merged
 
 

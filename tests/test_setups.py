@@ -89,6 +89,28 @@ def test_a_setup_limits_no_reply_unless_asked(tmp_path):
     assert (cfg["update-norm-ratio"], cfg["update-clip-ratio"]) == (5.0, 0.0)
 
 
+def test_a_row_config_holds_for_its_method_only(tmp_path):
+    """GC-Fed's tables clip no method but FedDyn (clip 10, as the authors' FedDyn code)."""
+    name = "gcfed-t5-cifar10-5of100-lda0.05"
+    assert resolve({"setup": name, "method": "feddyn-gcfed"})["grad-clip"] == 10.0
+    for method in ("gcfed", "fedavg", "scaffold", "fedacg"):
+        assert resolve({"setup": name, "method": method})["grad-clip"] == 0.0, method
+    assert resolve({"setup": name, "method": "feddyn-gcfed", "grad-clip": 5.0})["grad-clip"] == 5.0
+    gcfed_setups = [n for n in setup_names() if n.startswith("gcfed-")]
+    assert gcfed_setups and all(
+        load_setup(n)["row-config"] == {"feddyn-gcfed": {"grad-clip": 10.0}} for n in gcfed_setups)
+    head = "paper: x\nmethod: fedavg\nfederation: {num-supernodes: 2}\nrun-config: {}\n"
+    tail = "reported: {columns: [a], rows: {}}\n"
+    for row, words in [("{fedx: {lr: 0.1}}", "row-config must map method names"),
+                       ("{fedavg: {lrr: 0.1}}", "unknown run-config key 'lrr' in row-config"),
+                       ("{fedavg: {lam: 0.5}}", "row-config of fedavg may not set 'lam'")]:
+        bad = tmp_path / "bad.yaml"
+        bad.write_text(head + f"row-config: {row}\n" + tail)
+        load_setup.cache_clear()
+        with pytest.raises(SetupError, match=words):
+            resolve({"setup": str(bad)})
+
+
 def test_setup_from_a_path_and_clear_errors(tmp_path):
     good = tmp_path / "mine.yaml"
     good.write_text("paper: mine\nmethod: fedavg\nfederation: {num-supernodes: 6}\n"
