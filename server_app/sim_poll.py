@@ -11,11 +11,13 @@ ServerApp and the engine's workers need, and a message waits for the sweep to re
 once, with the same empty list, for a node that no message in flight is addressed to, and asks
 Flower's own method otherwise. The addressees are computed again whenever the messages in flight
 change (their count or the newest message id: ids are fresh uuids, so any insertion changes the
-newest and any deletion alone changes the count). Nothing else changes: the same messages reach
-the same nodes, marked delivered by Flower's code, and Flower's expiry checks still run whenever a
-node has a message. It is set on the one state object of this run (not on the class) and only for
-the state type and signature checked here; anything else is left alone and the run goes on at
-Flower's speed. One sweep over 10,000 nodes with 10 messages in flight: 0.84 s -> about 0.01 s.
+newest and any deletion alone changes the count); the store is read under the state's lock, as
+the ServerApp's thread adds and removes messages meanwhile. Nothing else changes: the same
+messages reach the same nodes, marked delivered by Flower's code, and Flower's expiry checks
+still run whenever a node has a message. It is set on the one state object of this run (not on
+the class) and only for the state type and signature checked here; anything else is left alone
+and the run goes on at Flower's speed. One sweep over 10,000 nodes with 10 messages in flight:
+0.84 s -> 0.02 s.
 """
 
 from __future__ import annotations
