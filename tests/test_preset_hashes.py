@@ -5,7 +5,8 @@ in-process, must give a final theta with the same sha256 as the code before the 
 The hashes were recorded on the code before the redesign (commit 864a40d), except fedadam's,
 recorded again after a fix: Flower's FedAdam returned theta in float64, so every reply of its
 later rounds was dropped for its dtype (tests/test_flower_fedopt.py). The hashes hold for this
-machine's torch build and thread count. Regenerate them only
+machine's torch build and torch's default thread count (the test runs at that count; the
+other tests run with one thread, tests/conftest.py). Regenerate them only
 when a change of the maths is intended: `python tests/test_preset_hashes.py` prints them.
 """
 
@@ -80,7 +81,7 @@ def final_theta_sha256(tmp_path, overrides: dict, num_nodes: int) -> str:
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_final_theta_is_bitwise_unchanged(tmp_path, case):
+def test_final_theta_is_bitwise_unchanged(tmp_path, case, startup_threads):
     overrides, num_nodes = CASES[case]
     assert final_theta_sha256(tmp_path, overrides, num_nodes) == HASHES[case]
 

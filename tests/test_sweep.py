@@ -76,7 +76,12 @@ def sweep_cmd(path, *extra):
 
 
 @pytest.mark.slow
-def test_sweep_writes_the_table_and_plot_and_resumes(tmp_path):
+def test_sweep_writes_the_table_and_plot_and_resumes(tmp_path, capsys):
+    """The 4 cells run in-process (fast); one cell's results are then removed and the default
+    backend runs that cell again through `flwr run` on a SuperLink the sweep starts and stops.
+    The table covers the 4 cells whichever backend ran them; a rerun runs nothing."""
+    from reporting.sweep import main
+
     grid = write(tmp_path / "two.yaml", {
         "out-dir": str(tmp_path / "out"),
         "federation-config": {"num-supernodes": 4},
@@ -86,13 +91,19 @@ def test_sweep_writes_the_table_and_plot_and_resumes(tmp_path):
         "acc-at-rounds": [2, 3],
         "target-accs": [1, 99.5],
     })
-    out = sweep_cmd(grid, "--quiet")
+    assert main([str(grid), "--in-process", "--quiet"]) == 0
+    assert "4 cells, 0 done, 4 to run" in capsys.readouterr().out
+    sweep_dir = tmp_path / "out" / "two"
+    by_flwr = sweep_dir / "runs" / "FedACG" / "seed-1"
+    (by_flwr / "results.json").unlink()  # this cell is not done any more
+
+    out = sweep_cmd(grid, "--quiet")  # backend flwr (the default): only that cell runs
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    assert "4 cells, 0 done, 4 to run" in out.stdout
+    assert "4 cells, 3 done, 1 to run" in out.stdout
     port = int(re.search(r"SuperLink on 127\.0\.0\.1:(\d+)", out.stdout).group(1))
     with socket.socket() as s:  # the sweep's SuperLink is gone
         assert s.connect_ex(("127.0.0.1", port)) != 0
-    sweep_dir = tmp_path / "out" / "two"
+    assert "started run" in (by_flwr / "flwr-run.log").read_text()
 
     lines = (sweep_dir / "table.md").read_text().strip().splitlines()
     assert lines[0] == ("| Method | Acc. at 2R (%) | Acc. at 3R (%) | Rounds to 1% "
