@@ -60,13 +60,13 @@ def partition_cache_dir(tmp_path_factory):
         os.environ["FEDACG_CACHE_DIR"] = old
 
 
-OPT_IN = ("docker", "each_method")  # markers that run only when `-m` names them
+OPT_IN = ("docker", "each_method", "long")  # markers that run only when `-m` names them
 
 
 def pytest_collection_modifyitems(config, items):
-    """The docker compose demo and the one-flwr-run-per-method tests run only when `-m` names
-    them (`.ci/run` runs `-m each_method` and `-m docker`): a `-m` on the command line replaces
-    pyproject's, and `-m "not slow"` alone would otherwise run them."""
+    """The docker compose demo, the one-flwr-run-per-method tests and the long runs run only
+    when `-m` names them (`.ci/run` runs `-m "each_method or long"` and `-m docker`): a `-m` on
+    the command line replaces pyproject's, and `-m "not slow"` alone would otherwise run them."""
     named = config.getoption("markexpr") or ""
     for marker in OPT_IN:
         if marker in named:

@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
 
 
+@pytest.mark.long
 def test_benchmark_smoke(tmp_path):
     out = subprocess.run(
         [sys.executable, "-m", "benchmarks.sim_vs_loop", "--tiny",

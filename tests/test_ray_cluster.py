@@ -22,7 +22,7 @@ import pytest
 from reporting.superlink import CONNECTION, LocalSuperLink, free_port, stop_process_tree
 
 ROOT = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.long]
 
 PACKAGES = ("server_app", "client_app", "strategies", "methods", "models", "feddata", "run_config",
             "reporting")

@@ -30,7 +30,7 @@ def superlink(tmp_path_factory):
         yield link.env, home
 
 
-@pytest.mark.parametrize("method", ["fedacg", "gcfed"])
+@pytest.mark.parametrize("method", ["fedacg", pytest.param("gcfed", marks=pytest.mark.long)])
 def test_flwr_run_reaches_accuracy(superlink, method):
     env, home = superlink
     if method == "fedacg":

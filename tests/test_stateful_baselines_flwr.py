@@ -36,6 +36,7 @@ def test_each_method_runs_through_flwr_run(superlink, method):  # noqa: F811
     assert (Path(home) / "runs" / method / "final_model.pt").is_file()
 
 
+@pytest.mark.long  # the same rule in-process: tests/test_stateful_baselines.py (default run)
 def test_a_resumed_run_is_the_uninterrupted_one(superlink):  # noqa: F811
     env, home = superlink
     runs = f"{home}/runs"
