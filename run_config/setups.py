@@ -83,7 +83,6 @@ def load_setup(name: str) -> dict[str, Any]:
     """The validated set-up `name` (values typed by the run-config schema)."""
     import yaml
 
-
     path = setup_file(name)
     where = f"set-up {path.name}"
     try:
