@@ -11,43 +11,16 @@ import random
 import threading
 
 import pytest
-from flwr.app import Message, RecordDict
-from flwr.proto.task_pb2 import Task  # pylint: disable=no-name-in-module
-from flwr.server.superlink.fleet.vce.vce_api import _register_nodes
-from flwr.server.superlink.linkstate import InMemoryLinkState, LinkStateFactory
-from flwr.server.superlink.linkstate.in_memory_linkstate import RunRecord
-from flwr.simulation.run_simulation import NoOpFederationManager
-from flwr.supercore.constant import FLWR_IN_MEMORY_DB_NAME
-from flwr.supercore.object_store import ObjectStoreFactory
-from flwr.supercore.run import Run
-from flwr.supercore.task_identity import TaskIdentity
-from flwr.superlink.federation.noop_federation_manager import NOOP_FEDERATION_ID
-from flwr.superlink.grid import InMemoryGrid
+from flwr.server.superlink.linkstate import InMemoryLinkState
 
+from benchmarks.message_poll import push, simulation_state
 from server_app.sim_poll import speed_up_message_poll
-
-RUN_ID = 7
 
 
 @pytest.fixture()
 def sim():
     """A simulation's link state with 50 registered nodes and a run, as the engine makes them."""
-    TaskIdentity.run_id, TaskIdentity.task_id, TaskIdentity.node_id = RUN_ID, 1, 1
-    factory = LinkStateFactory(FLWR_IN_MEMORY_DB_NAME, NoOpFederationManager(),
-                               ObjectStoreFactory())
-    nodes = list(_register_nodes(50, factory))
-    state = factory.state()
-    run = Run.create_empty(run_id=RUN_ID)
-    run.primary_task_id, run.federation_id = 1, NOOP_FEDERATION_ID
-    state.run_ids[RUN_ID] = RunRecord(run=run)
-    state.task_store[1] = Task(task_id=1, run_id=RUN_ID)
-    grid = InMemoryGrid(state_factory=factory)
-    grid.set_run(run)
-    return grid, state, nodes
-
-
-def push(grid, node_ids) -> list[str]:
-    return list(grid.push_messages([Message(RecordDict(), n, "train") for n in node_ids]))
+    return simulation_state(50)
 
 
 def test_poll_delivers_what_the_rule_says_and_skips_idle_nodes(sim, monkeypatch):
@@ -190,3 +163,9 @@ def test_a_failing_fast_path_leaves_the_answer_to_flower(sim):
     assert [m.metadata.message_id for m in state.get_message_ins(node_id=nodes[0], limit=1)] == [
         msg_id]
     assert state.get_message_ins(node_id=nodes[1], limit=1) == []
+
+
+def test_the_sweep_benchmark_runs_both_polls():
+    from benchmarks.message_poll import sweep_seconds
+
+    assert sweep_seconds(50, 3, fast=False) > 0 and sweep_seconds(50, 3, fast=True) > 0
