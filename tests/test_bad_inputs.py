@@ -82,28 +82,36 @@ def client_context(run_config: dict) -> Context:
                    state=RecordDict(), run_config=run_config)
 
 
+@pytest.fixture
+def no_data_loading(monkeypatch):
+    """The ClientApp's data loader fails the test if called: what is refused "at once" is
+    refused before any data is loaded (a check on what happens, not on how long it took)."""
+    import client_app.app
+
+    def loaded(*args, **kwargs):
+        raise AssertionError("the ClientApp loaded its data before refusing the message")
+
+    monkeypatch.setattr(client_app.app, "load_prepared_partition", loaded)
+
+
 @pytest.mark.parametrize("key,value", [("lr", float("nan")), ("lr", -0.1),
                                        ("server-round", -1), ("server-round", 10**12)])
-def test_the_client_app_refuses_a_bad_broadcast_at_once(key, value):
+def test_the_client_app_refuses_a_bad_broadcast_at_once(key, value, no_data_loading):
     from client_app.app import train
 
-    t = time.monotonic()
     with pytest.raises(ValueError, match=f"refused the server's train config: .*'{key}'"):
         train(train_message(**{key: value}), client_context({}))
-    assert time.monotonic() - t < 5
 
 
 @pytest.mark.parametrize("key,value", [("batch-size", -4), ("local-epochs", 10**9),
                                        ("local-iterations", 10**12)])
-def test_the_client_app_refuses_bad_local_settings_at_once(key, value):
+def test_the_client_app_refuses_bad_local_settings_at_once(key, value, no_data_loading):
     """A run config that would make the local loop run for ever (or never) fails the message at
     once, naming the key, before any data is loaded."""
     from client_app.app import train
 
-    t = time.monotonic()
     with pytest.raises(ConfigError, match=f"'{key}'"):
         train(train_message(), client_context({key: value}))
-    assert time.monotonic() - t < 5
 
 
 def test_a_killed_cache_write_leaves_no_tmp_file(tmp_path):
