@@ -167,12 +167,14 @@ def test_final_theta_matches_the_referee(tmp_path, case):
 
 
 def test_the_initial_model_is_the_referees():
-    """theta_0 is the same on every machine (seeded init): the distances are measured from it."""
+    """theta_0, from which the distances are measured, is the reference's: the seeded init is
+    the same on every machine up to float32 rounding (ATen's generic kernels draw it ~1e-7 off
+    the AVX-512 ones), while another initialisation would differ by the size of the weights."""
     reference = load_reference()
     got = fingerprint(initial_theta())
     for name, r in reference["theta_0"].items():
-        np.testing.assert_allclose(got[name]["projections"], r["projections"], rtol=1e-9,
-                                   atol=1e-12, err_msg=name)
+        p, p_ref = np.array(got[name]["projections"]), np.array(r["projections"])
+        assert np.linalg.norm(p - p_ref) <= 1e-5 * np.linalg.norm(p_ref), name
 
 
 def test_the_fingerprint_sees_what_rel_measures():
