@@ -154,6 +154,18 @@ def load_reference() -> dict:
     return json.loads(REFERENCE.read_text())
 
 
+def save_reference(reference: dict) -> None:
+    """One line per tensor: {"theta_0": {name: entry}, "cases": {case: {name: entry}}}."""
+    def block(entries: dict, indent: str) -> str:
+        return "{\n" + ",\n".join(f"{indent} {json.dumps(k)}: {json.dumps(v)}"
+                                   for k, v in entries.items()) + f"\n{indent}}}"
+
+    cases = ",\n".join(f"  {json.dumps(c)}: {block(e, '  ')}"
+                       for c, e in sorted(reference["cases"].items()))
+    REFERENCE.write_text(f'{{\n "theta_0": {block(reference["theta_0"], "")},\n'
+                         f' "cases": {{\n{cases}\n }}\n}}\n')
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_final_theta_matches_the_referee(tmp_path, case):
     reference = load_reference()
@@ -227,7 +239,7 @@ def _main() -> None:  # run from the repository root
     if args.record:
         if old:
             reference["cases"] = {**old["cases"], **reference["cases"]}
-        REFERENCE.write_text(json.dumps(reference, indent=1) + "\n")
+        save_reference(reference)
         print(f"wrote {REFERENCE}")
 
 
