@@ -312,9 +312,10 @@ KEYS: tuple[Key, ...] = (
         resume_may_differ=True),
     Key("out-dir", str, "~/fedacg-gc-runs", "Folder for run outputs (results.json, final model); "
         "'~' expands to the home of the ServerApp process.", "output", resume_may_differ=True),
-    Key("run-name", str, "", "Name of this run's sub-folder; empty = <method>-<date>-<time> (a "
-        "new folder for every run). A run-name whose folder holds a finished run is refused "
-        "unless resume is set.",
+    Key("run-name", str, "", "Name of this run's sub-folder (a plain folder name: at most 255 "
+        "bytes, no '/', '\\' or control characters); empty = <method>-<date>-<time> (a new "
+        "folder for every run). A run-name whose folder holds a finished run, or is in use by a "
+        "running run, is refused; with resume, it must be the resumed run's own (empty: kept).",
         "output", resume_may_differ=True),
     Key("checkpoint-every", int, 10, "Write <run folder>/checkpoint.pt every this many rounds "
         "and after the last (atomically); 0 = never.", "output", low=0, resume_may_differ=True),

@@ -183,3 +183,17 @@ def check_resumable(saved: dict[str, Any], cfg: dict[str, Any], done_round: int)
             f"run config 'num-server-rounds' = {cfg['num-server-rounds']}: the checkpoint is at "
             f"round {done_round} already; set num-server-rounds above {done_round} to continue."
         )
+
+
+def resumed_run_name(cfg: dict[str, Any], saved: dict[str, Any], run_dir: Path) -> str:
+    """The run-name a resumed run keeps. A run-name given with `resume` must be the run's own
+    (its checkpoint's, or its folder's name): config.json and results.json would name another
+    run otherwise. An empty one takes the checkpoint's."""
+    given, own = cfg["run-name"], saved.get("run-name", "")
+    if given and given not in (own, run_dir.name):
+        raise ConfigError(
+            f"run config 'run-name' = '{given}': resume = '{cfg['resume']}' continues the run in "
+            f"{run_dir} (run-name {own!r}), which goes on in its own folder under its own name. "
+            f"Drop run-name (or give run-name = '{run_dir.name}'), or drop resume to start a "
+            "new run.")
+    return given or own

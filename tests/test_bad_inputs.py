@@ -319,3 +319,65 @@ def test_resuming_a_checkpoint_whose_state_is_not_finite_stops_at_once():
         strategy.start(grid=FakeGrid(2, lambda i, msg: sent.append(i)),
                        initial_arrays=ArrayRecord(state), num_rounds=6, first_round=5)
     assert not sent  # nothing was broadcast
+
+
+# --- run-name and out-dir: refused by the check where it can tell, else at the run's start ---
+@pytest.mark.parametrize("changes,match", [
+    ({"run-name": "x" * 300}, r"'run-name' is 300 bytes long .*at most 255 bytes"),
+    ({"run-name": "é" * 128}, r"'run-name' is 256 bytes long"),
+    ({"run-name": "a\x00b"}, r"'run-name' = 'a\\x00b' must be a plain folder name .*NUL"),
+    ({"run-name": "a\nb"}, "'run-name' = 'a\\\\nb' must be a plain folder name"),
+    ({"out-dir": "/tmp/a\x00b"}, r"'out-dir' = '/tmp/a\\x00b' holds a control character"),
+])
+def test_run_names_and_out_dirs_no_folder_can_have_are_refused_by_the_check(changes, match):
+    from run_config.check import main as check_main
+
+    with pytest.raises(ConfigError, match=match):
+        resolve(changes)
+    key, value = next(iter(changes.items()))
+    toml_value = value.replace("\x00", "\\u0000").replace("\n", "\\n")
+    assert check_main(["-q", "-c", f'{key}="{toml_value}"']) == 1
+    assert resolve({"run-name": "x" * 255})["run-name"] == "x" * 255
+
+
+def test_an_out_dir_or_run_folder_that_cannot_be_made_is_an_error_naming_the_key(tmp_path):
+    from server_app.inprocess import run_in_process
+
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a folder")
+    cases = [({"out-dir": str(a_file)}, f"'out-dir' = '{a_file}': cannot make the folder "
+              f"{a_file}: a file of that name is in the way. Choose another out-dir"),
+             ({"out-dir": str(a_file / "runs")}, f"'out-dir' = '{a_file / 'runs'}': cannot make "
+              "the folder .*: Not a directory"),
+             ({"out-dir": str(tmp_path), "run-name": "a-file"}, "'run-name' = 'a-file': cannot "
+              "make the folder .*a file of that name is in the way")]
+    for changes, match in cases:
+        with pytest.raises(ConfigError, match=match):
+            run_in_process({"num-server-rounds": 1, **changes}, 2)
+    assert a_file.read_text() == "not a folder"
+
+
+def test_resuming_with_another_run_name_is_refused_and_an_empty_one_keeps_the_runs_own(
+        tmp_path):
+    """The resumed run goes on in its own folder: a run-name other than its own would be
+    written into that folder's config.json and results.json (mislabelled)."""
+    import json
+
+    from server_app.inprocess import run_in_process
+
+    rc = {"model": "mlp", "num-server-rounds": 1, "local-iterations": 1, "checkpoint-every": 1,
+          "out-dir": str(tmp_path), "run-name": "exp1"}
+    run_in_process(rc, 2)
+    run_dir = tmp_path / "exp1"
+    before = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.suffix == ".json"}
+    more = {"num-server-rounds": 2, "resume": str(run_dir)}
+    with pytest.raises(ConfigError, match=rf"'run-name' = 'exp2': resume = '{run_dir}' continues "
+                       rf"the run in {run_dir} \(run-name 'exp1'\).*Drop run-name"):
+        run_in_process({**rc, **more, "run-name": "exp2"}, 2)
+    assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.suffix == ".json"} == before
+    run_in_process({**rc, **more, "run-name": ""}, 2)
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["status"] == "complete" and len(results["rounds"]) == 3
+    assert results["config"]["run-name"] == "exp1"
+    assert json.loads((run_dir / "config.json").read_text())["run-name"] == "exp1"
+    assert load_checkpoint(run_dir / "checkpoint.pt")["config"]["run-name"] == "exp1"
