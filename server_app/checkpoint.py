@@ -18,7 +18,6 @@ an error instead of resuming from something else. Contents:
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import random
@@ -28,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from feddata.atomic_file import write_atomic
+from feddata.atomic_file import with_checksum, without_checksum, write_atomic
 from run_config import KEYS, PRESETS, ConfigError
 
 CHECKPOINT_NAME = "checkpoint.pt"
@@ -62,9 +61,7 @@ def save_checkpoint(run_dir: Path, server_round: int, config: dict[str, Any],
                "strategy": strategy_state, "rng": rng_state(), "rows": [dict(r) for r in rows]}
     buffer = io.BytesIO()
     torch.save(payload, buffer)
-    data = buffer.getvalue()
-    header = CHECKSUM_PREFIX + hashlib.sha256(data).hexdigest().encode() + b"\n"
-    write_atomic(path, lambda f: f.writelines((header, data)))
+    write_atomic(path, lambda f: f.write(with_checksum(CHECKSUM_PREFIX, buffer.getvalue())))
     return path
 
 
@@ -79,8 +76,8 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
                               "end. Resume from another checkpoint, or start afresh with "
                               "resume = ''.")
     if raw.startswith(CHECKSUM_PREFIX):
-        header, _, raw = raw.partition(b"\n")
-        if hashlib.sha256(raw).hexdigest().encode() != header[len(CHECKSUM_PREFIX):]:
+        raw = without_checksum(CHECKSUM_PREFIX, raw)
+        if raw is None:
             raise CheckpointError(
                 f"checkpoint {path} is damaged: its SHA-256 does not match the one it was "
                 "written with (changed or truncated on disk). Resume from another checkpoint, "
