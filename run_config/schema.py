@@ -253,9 +253,9 @@ KEYS: tuple[Key, ...] = (
     Key("multikrum-select", int, 0, "multikrum: number of updates averaged; 0 = replies - f.",
         "robustness", low=0),
     # high: the noise std z * C / n is then at most 1e6 per coordinate, which float32 (max
-    # 3.4e38) holds in theta, in squared norms over 1e8 parameters (1e20) and in the clients'
-    # forward passes; 1e308 each made theta NaN in round 1, and z * C = 1e12 (1e6 each) made
-    # every client's training overflow (docs/security.md#bad-inputs).
+    # 3.4e38) holds in theta and in its squared norms over 1e8 parameters (1e12 each, 1e20 in
+    # all; the server screens and clips by such norms), with room for momentum and many rounds;
+    # 1e308 each made theta NaN in round 1 (docs/security.md#runs-run-folders-and-client-state).
     Key("dp-clipping-norm", float, 0.0, "Server-side DP with fixed clipping (Flower's "
         "DifferentialPrivacyServerSideFixedClipping): clip every update to this norm; 0 = off. "
         "At most 1000 (an update that long moves weights of size 1 a thousandfold), so that the "
@@ -263,8 +263,8 @@ KEYS: tuple[Key, ...] = (
     Key("dp-noise-multiplier", float, 0.0, "Server-side DP: add Gaussian noise of std "
         "multiplier * dp-clipping-norm / replies to the aggregate. At most 1000: with "
         "dp-clipping-norm at most 1000 the std is then at most 1e6 per coordinate, which "
-        "float32 holds in theta, in its squared norms and through the clients' layers (1e308 "
-        "made theta NaN).", "robustness", low=0.0, high=1e3),
+        "float32 holds in theta and in its squared norms (1e308 made theta NaN).", "robustness",
+        low=0.0, high=1e3),
     # --- data ---
     Key("dataset", str, "digits", "Dataset (docs/data.md): scikit-learn's bundled 8x8 "
         "digits (offline), or a hub dataset / its local copy.", "data", choices=DATASETS),

@@ -1,14 +1,16 @@
 """One run per run folder: the ServerApp process holds `<run folder>/run.lock` while it runs.
 
-The lock is `fcntl.flock` on that file, held through an open file descriptor: the kernel drops it
-when the process ends in any way (done, failed, killed with SIGKILL, its machine's power cut for
-a local disk), so a lock file left by a dead run never blocks the next one. It works the same in
-simulation, in-process and deployment runs (the ServerApp is one process per run in each). While
-held, the file says who holds it (process, host, Flower run, since when) for the error a second
-run gets. The descriptor is not inherited by programs the ServerApp starts (close-on-exec).
+The lock is `fcntl.flock` on that file, held through an open file descriptor: the ServerApp
+releases it when its `main` returns or raises, and the kernel drops it when the process ends in
+any other way (killed, even with SIGKILL), so a lock file left by a dead run never blocks the
+next one. So it holds in simulation and deployment (one ServerApp process per run) and in
+in-process runs (several runs in one process: two descriptors of one file exclude each other
+too). While held, the file says who holds it (process, host, Flower run, since when) for the
+error a second run gets. The descriptor is not inherited by programs the ServerApp starts
+(close-on-exec).
 
-Where `fcntl` is missing (Windows) runs are not locked. On network file systems flock is as good
-as the file system's own locks (NFSv4: yes; some older set-ups: local to one machine).
+Where `fcntl` is missing (Windows) runs are not locked. On a network file system the lock is as
+good as that file system's locks.
 """
 
 from __future__ import annotations
