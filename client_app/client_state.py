@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from feddata.atomic_file import with_checksum, without_checksum, write_atomic
+from feddata.atomic_file import checksum_line, without_checksum, write_atomic
 
 RUN_KEY, ROUND_KEY, KEEP_KEY = "client-state-run", "client-state-round", "client-state-keep"
 LOST_MARK = "[client state lost]"  # the server stops the run on this (strategies/client_state)
@@ -110,8 +110,9 @@ class DiskVersions:
         buffer = io.BytesIO()
         torch.save({"format": FORMAT, "run": self.run_token, "partition": self.partition,
                     "name": name, "round": server_round, "tensors": tensors}, buffer)
+        data = buffer.getbuffer()
         write_atomic(self.path(name, server_round),
-                     lambda f: f.write(with_checksum(HEADER, buffer.getvalue())),
+                     lambda f: f.writelines((checksum_line(HEADER, data), data)),
                      mode=0o600)  # owner only
 
     def rounds(self, name: str) -> list[int]:

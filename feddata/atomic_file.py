@@ -27,14 +27,15 @@ def write_atomic(path: Path, write: Callable[[BinaryIO], None], mode: int = 0o66
             tmp.unlink()
 
 
-def with_checksum(prefix: bytes, data: bytes) -> bytes:
-    """`prefix`, the SHA-256 of `data` in hex, a newline, then `data`."""
-    return prefix + hashlib.sha256(data).hexdigest().encode() + b"\n" + data
+def checksum_line(prefix: bytes, data) -> bytes:
+    """The first line of a file whose rest is `data` (bytes or a buffer): `prefix`, the SHA-256
+    of `data` in hex, a newline. Written as `f.writelines((checksum_line(prefix, data), data))`."""
+    return prefix + hashlib.sha256(data).hexdigest().encode() + b"\n"
 
 
 def without_checksum(prefix: bytes, raw: bytes) -> bytes | None:
-    """The `data` of `with_checksum(prefix, data)`; None when `raw` does not start with `prefix`
-    or its data does not match the SHA-256 it was written with."""
+    """The rest of a file that starts with its `checksum_line(prefix, rest)`; None when `raw`
+    does not start with `prefix` or its rest does not match the SHA-256 it was written with."""
     if not raw.startswith(prefix):
         return None
     header, _, data = raw.partition(b"\n")

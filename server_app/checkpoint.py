@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from feddata.atomic_file import with_checksum, without_checksum, write_atomic
+from feddata.atomic_file import checksum_line, without_checksum, write_atomic
 from run_config import KEYS, PRESETS, ConfigError
 
 CHECKPOINT_NAME = "checkpoint.pt"
@@ -61,7 +61,8 @@ def save_checkpoint(run_dir: Path, server_round: int, config: dict[str, Any],
                "strategy": strategy_state, "rng": rng_state(), "rows": [dict(r) for r in rows]}
     buffer = io.BytesIO()
     torch.save(payload, buffer)
-    write_atomic(path, lambda f: f.write(with_checksum(CHECKSUM_PREFIX, buffer.getvalue())))
+    data = buffer.getbuffer()
+    write_atomic(path, lambda f: f.writelines((checksum_line(CHECKSUM_PREFIX, data), data)))
     return path
 
 
