@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +25,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from models.centralization import centralize_
+
+from .client_state import layout_mismatch
 
 
 @dataclass(frozen=True)
@@ -102,13 +103,20 @@ class LocalContext:
     def _state_key(self, name: str) -> str:
         return f"{name}.p{self.partition_id}"
 
-    def load_state(self, name: str) -> dict[str, torch.Tensor] | None:
-        """This client's state `name` saved by an earlier round (None the first time)."""
+    def load_state(self, name: str, *, like: Mapping[str, torch.Tensor]
+                   ) -> dict[str, torch.Tensor] | None:
+        """This client's state `name` saved by an earlier round (None the first time). `like`
+        declares what it holds (keys, shapes, dtypes: e.g. `dict(model.named_parameters())`);
+        a stored state that differs is refused (client_app/client_state.py)."""
         if self.store is not None:
-            return self.store.load(name)
+            return self.store.load(name, like)
         if self.state is None or self._state_key(name) not in self.state.array_records:
             return None
-        return self.state.array_records[self._state_key(name)].to_torch_state_dict()
+        found = self.state.array_records[self._state_key(name)].to_torch_state_dict()
+        problem = layout_mismatch(found, like)
+        if problem:
+            raise ValueError(f"client state '{name}' in the node's Context.state {problem}")
+        return found
 
     def save_state(self, name: str, tensors: dict[str, torch.Tensor]) -> None:
         """Keep `tensors` as this client's state `name` for its next round."""

@@ -252,11 +252,19 @@ KEYS: tuple[Key, ...] = (
         "per round to tolerate (bulyan needs at least 4f + 3 replies).", "robustness", low=0),
     Key("multikrum-select", int, 0, "multikrum: number of updates averaged; 0 = replies - f.",
         "robustness", low=0),
+    # high: the noise std z * C / n is then at most 1e6 per coordinate, which float32 (max
+    # 3.4e38) holds in theta and in its squared norms over 1e8 parameters (1e12 each, 1e20 in
+    # all; the server screens and clips by such norms), with room for momentum and many rounds;
+    # 1e308 each made theta NaN in round 1 (docs/security.md#runs-run-folders-and-client-state).
     Key("dp-clipping-norm", float, 0.0, "Server-side DP with fixed clipping (Flower's "
-        "DifferentialPrivacyServerSideFixedClipping): clip every update to this norm; 0 = off.",
-        "robustness", low=0.0),
+        "DifferentialPrivacyServerSideFixedClipping): clip every update to this norm; 0 = off. "
+        "At most 1000 (an update that long moves weights of size 1 a thousandfold), so that the "
+        "noise std stays within what float32 holds.", "robustness", low=0.0, high=1e3),
     Key("dp-noise-multiplier", float, 0.0, "Server-side DP: add Gaussian noise of std "
-        "multiplier * dp-clipping-norm / replies to the aggregate.", "robustness", low=0.0),
+        "multiplier * dp-clipping-norm / replies to the aggregate. At most 1000: with "
+        "dp-clipping-norm at most 1000 the std is then at most 1e6 per coordinate, which "
+        "float32 holds in theta and in its squared norms (1e308 made theta NaN).", "robustness",
+        low=0.0, high=1e3),
     # --- data ---
     Key("dataset", str, "digits", "Dataset (docs/data.md): scikit-learn's bundled 8x8 "
         "digits (offline), or a hub dataset / its local copy.", "data", choices=DATASETS),
@@ -304,9 +312,10 @@ KEYS: tuple[Key, ...] = (
         resume_may_differ=True),
     Key("out-dir", str, "~/fedacg-gc-runs", "Folder for run outputs (results.json, final model); "
         "'~' expands to the home of the ServerApp process.", "output", resume_may_differ=True),
-    Key("run-name", str, "", "Name of this run's sub-folder; empty = <method>-<date>-<time> (a "
-        "new folder for every run). A run-name whose folder holds a finished run is refused "
-        "unless resume is set.",
+    Key("run-name", str, "", "Name of this run's sub-folder (a plain folder name: at most 255 "
+        "bytes, no '/', '\\' or control characters); empty = <method>-<date>-<time> (a new "
+        "folder for every run). A run-name whose folder holds a finished run, or is in use by a "
+        "running run, is refused; with resume, it must be the resumed run's own (empty: kept).",
         "output", resume_may_differ=True),
     Key("checkpoint-every", int, 10, "Write <run folder>/checkpoint.pt every this many rounds "
         "and after the last (atomically); 0 = never.", "output", low=0, resume_may_differ=True),
