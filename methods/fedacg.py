@@ -15,11 +15,10 @@ from .registry import register
 FEDACG = {"lookahead": True, "lam": 0.85, "beta": 0.01}
 register(Method(
     'fedacg',
-    "Kim, Kim, Han. Communication-Efficient Federated Learning with Accelerated Client "
-    "Gradient (FedACG), CVPR 2024, Alg. 1",
+    "Kim, Kim, Han. FedACG, CVPR 2024, Alg. 1",
     "momentum", ('proximal',), FEDACG,
 ), Method(
     'fedacg-gcfed',
-    "Kim, Kim, Han. FedACG, CVPR 2024 (GC-Fed code)",
+    "FedACG as in GC-Fed's code",
     "momentum", ('proximal',), {**FEDACG, "beta": 0.002, "aggregation": "uniform"},
 ))

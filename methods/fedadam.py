@@ -10,7 +10,7 @@
 
   with b1 = 0.9, b2 = 0.99, tau = 1e-3 (FedACG's configs/server/FedAdam.yaml) and eta = 0.01
   (its exp_fedadam.sh). Flower's FedAdam starts v at 0 and multiplies eta by
-  sqrt(1 - b2^t) / (1 - b1^t).
+  sqrt(1 - b2^(t+1)) / (1 - b1^(t+1)) in round t.
 
 Both run plain cross-entropy on the client.
 """
@@ -79,5 +79,5 @@ class FedACGAdamRule(momentum.MomentumRule):
 PAPER = "Reddi et al. 2021, https://arxiv.org/abs/2003.00295"
 register(FedACGAdamRule,
          Method("fedadam", PAPER, "fedadam", (), {"eta": 0.01}),
-         Method("fedadam-fedacg", PAPER + " (FedACG code)", "fedadam-fedacg", (),
+         Method("fedadam-fedacg", "FedAdam as in FedACG's code", "fedadam-fedacg", (),
                 {"eta": 0.01, "aggregation": "uniform"}))

@@ -11,5 +11,5 @@ from .registry import register
 
 PAPER = "McMahan 2017 https://arxiv.org/abs/1602.05629"
 register(Method("fedavg", PAPER, "momentum"),
-         Method("fedavg-gcfed", PAPER + " (GC-Fed code)", "momentum", (),
+         Method("fedavg-gcfed", "FedAvg as in GC-Fed's code", "momentum", (),
                 {"aggregation": "uniform"}))

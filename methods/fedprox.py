@@ -49,5 +49,5 @@ class ProximalTerm(ClientPart):
 PAPER = "Li 2020 https://arxiv.org/abs/1812.06127"
 register(ProximalTerm,
          Method("fedprox", PAPER, "momentum", ("proximal",), {"beta": 0.01}),
-         Method("fedprox-gcfed", PAPER + " (GC-Fed code)", "momentum", ("proximal",),
+         Method("fedprox-gcfed", "FedProx as in GC-Fed's code", "momentum", ("proximal",),
                 {"beta": 0.1, "aggregation": "uniform"}))

@@ -198,8 +198,9 @@ def test_fedacg_adam_step_by_hand():
     fedacg_adam_step_(theta, m, v, {"w": torch.tensor([-0.2], dtype=torch.float64)}, 0.5, 0.1)
     m2, v2 = 0.9 * 0.03 + 0.1 * -0.2, 0.99 * 0.0108 + 0.01 * 0.04
     assert theta["w"].item() == pytest.approx(t1 + 0.5 * m2 / (math.sqrt(v2) + 0.1), abs=1e-15)
-    # Flower's FedAdam differs: v_0 = 0 and eta * sqrt(1 - b2^t) / (1 - b1^t) (round 1: 0.99...)
-    flower_t1 = 1 + 0.5 * math.sqrt(1 - 0.99) / (1 - 0.9) * 0.03 / (math.sqrt(0.0009) + 0.1)
+    # Flower's FedAdam differs: v_0 = 0 and eta * sqrt(1 - b2^(t+1)) / (1 - b1^(t+1)) (0.74 at t=1)
+    flower_t1 = 1 + 0.5 * math.sqrt(1 - 0.99 ** 2) / (1 - 0.9 ** 2) * 0.03 / (
+        math.sqrt(0.0009) + 0.1)
     assert abs(flower_t1 - t1) > 1e-2
 
 
