@@ -132,6 +132,11 @@ def _check_combinations(cfg: dict[str, Any], explicit: set[str]) -> None:
             "run config: fraction-evaluate > 0 needs held-out client data; set "
             "client-val-fraction > 0 (e.g. 0.1) or fraction-evaluate = 0."
         )
+    if cfg["precision"] == "amp" and cfg["device"] == "cpu":
+        raise ConfigError(
+            "run config 'precision' = 'amp' (fp16 autocast with a GradScaler) needs a CUDA GPU, "
+            "and 'device' = 'cpu' trains on the CPU: set precision = 'fp32', or 'auto' (amp "
+            "where a GPU is), or device = 'auto' / 'cuda' on a machine with a GPU.")
     if cfg["model"] == "resnet18" and 64 % cfg["gn-groups"]:
         raise ConfigError(
             f"run config 'gn-groups' = {cfg['gn-groups']} must divide 64 (the channels of "

@@ -117,7 +117,7 @@ def run_server(grid: Grid, context: Context, where: dict) -> None:
     random.seed(cfg["seed"])  # Flower's own baselines sample nodes with the global `random`
     spec = spec_of(cfg)
     model = build_model(cfg["model"], spec.in_shape, spec.num_classes, cfg["gn-groups"],
-                        seed=cfg["seed"])
+                        seed=cfg["seed"], init=cfg["init"])
     device = torch.device(
         "cuda:0" if cfg["device"] != "cpu" and torch.cuda.is_available() else "cpu")
     test = load_test_data(cfg)
@@ -127,6 +127,9 @@ def run_server(grid: Grid, context: Context, where: dict) -> None:
         plot_labels(cfg, partitions["clients"], run_dir)
 
     simulation = getattr(grid, "fixed_size", False) or is_simulation(grid)
+    if cfg["precision"] == "amp" and simulation and not torch.cuda.is_available():
+        log(WARNING, "precision = 'amp' needs a CUDA GPU and none is visible here: simulated "
+            "clients without one refuse to train (precision = 'auto' trains in fp32 there).")
     if is_simulation(grid) and cfg["simulation-fast-poll"]:
         speed_up_message_poll(grid)  # docs/performance.md#many-clients
     grid = MeteredGrid(grid)  # counts the clients and bytes of every message sent and received
