@@ -1,5 +1,6 @@
-"""The referee of "the maths did not change": every preset (and a few composed and dynamic-client
-runs), 3 rounds on digits at a fixed seed through the real ServerApp and ClientApp in-process,
+"""The referee of "the maths did not change": the presets of FedACG, FedAGM, GC-Fed, FedAvg(M),
+FedProx and FedOpt (and composed, dynamic-client and unbalanced-split runs), 3 rounds on digits
+at a fixed seed through the real ServerApp and ClientApp in-process,
 must end at the final theta the code before the methods redesign ended at, on any x86-64 machine
 and thread count, and must stop doing so when one line of the maths changes.
 
@@ -27,7 +28,7 @@ large, ...) moves it by 4.6e-3 or more. RTOL = 2e-4 sits between the two: 8x abo
 The reference was recorded from the code before the methods redesign (commit 56bc865; today's
 code gives the same bits on one machine), except fedadam's, recorded after a fix (Flower's
 FedAdam returned theta in float64, so every reply of its later rounds was dropped for its dtype:
-tests/test_flower_fedopt.py). Record it again only when a change of the maths is intended:
+tests/test_flower_fedopt.py), and fedadam-fedacg's, recorded when the method was added. Record it again only when a change of the maths is intended:
 `python tests/test_preset_referee.py --record`; `python tests/test_preset_referee.py` prints the
 distances of today's code.
 """
@@ -68,6 +69,7 @@ CASES = {
     "fedadam": ({"method": "fedadam"}, 6),
     "fedyogi": ({"method": "fedyogi"}, 6),
     "fedadagrad": ({"method": "fedadagrad"}, 6),
+    "fedadam-fedacg": ({"method": "fedadam-fedacg"}, 6),  # (recorded when it was added)
     # composed knobs, skip-vectors GC, federated evaluation, dynamic clients
     "fedacg-composed": ({"method": "fedacg", "local-gc": "all", "global-gc": "classifier",
                          "aggregation": "uniform", "gc-vectors": "skip", "alpha": 0.5,
