@@ -1,8 +1,8 @@
 """The referee of "the maths did not change": the presets of FedACG, FedAGM, GC-Fed, FedAvg(M),
 FedProx and FedOpt (and composed, dynamic-client and unbalanced-split runs), 3 rounds on digits
-at a fixed seed through the real ServerApp and ClientApp in-process,
-must end at the final theta the code before the methods redesign ended at, on any x86-64 machine
-and thread count, and must stop doing so when one line of the maths changes.
+at a fixed seed through the real ServerApp and ClientApp in-process, must end at the final theta
+the code before the methods redesign ended at, on any x86-64 machine and thread count, and must
+stop doing so when one line of the maths changes.
 
 How (docs/testing.md#the-referee). A float32 run rounds differently on another CPU (AVX-512,
 AVX2 or generic kernels in ATen, oneDNN and MKL) and with another thread count (other reduction
@@ -28,9 +28,9 @@ large, ...) moves it by 4.6e-3 or more. RTOL = 2e-4 sits between the two: 8x abo
 The reference was recorded from the code before the methods redesign (commit 56bc865; today's
 code gives the same bits on one machine), except fedadam's, recorded after a fix (Flower's
 FedAdam returned theta in float64, so every reply of its later rounds was dropped for its dtype:
-tests/test_flower_fedopt.py), and fedadam-fedacg's, recorded when the method was added. Record it again only when a change of the maths is intended:
-`python tests/test_preset_referee.py --record`; `python tests/test_preset_referee.py` prints the
-distances of today's code.
+tests/test_flower_fedopt.py), and fedadam-fedacg's, recorded when the method was added. Record
+it again only when a change of the maths is intended: `python tests/test_preset_referee.py
+--record [case ...]`; `python tests/test_preset_referee.py` prints the distances of today's code.
 """
 
 from __future__ import annotations
