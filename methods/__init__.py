@@ -8,7 +8,7 @@ from here; the strategy and the ClientApp build their parts from here and never 
 
 from __future__ import annotations
 
-from .parts import ClientPart, Config, Method, ServerRule
+from .parts import ClientPart, Config, Method, ServerRule, SettingError
 from .registry import (BASE_PRESET, CLIENT_PARTS, METHODS, SERVER_RULES, check_parts,
                        client_part_names, method_names, preset_of, register, server_rule_names,
                        unregister, untested_combinations)
@@ -24,5 +24,5 @@ from . import fedcm, fedvarp, fedpaq  # noqa: E402,F401
 
 __all__ = ["BASE_PRESET", "CLIENT_PARTS", "ClientPart", "Config", "METHODS", "Method",
            "SERVER_RULES", "ServerRule", "check_parts", "client_part_names", "method_names",
-           "preset_of", "register", "server_rule_names", "unregister",
+           "SettingError", "preset_of", "register", "server_rule_names", "unregister",
            "untested_combinations"]

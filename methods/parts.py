@@ -13,6 +13,11 @@ from typing import Any, ClassVar
 Config = dict[str, Any]  # a resolved run config (run_config.resolve)
 
 
+class SettingError(ValueError):
+    """A part refuses a setting it was built with (e.g. FedCM with server momentum): the message
+    names the key and the fix. The run config's own checks raise `run_config.ConfigError`."""
+
+
 class ClientPart:
     """One part of the client objective of the local update (docs/algorithms.md
     #local-update). Every hook is optional; the local update calls, in this order:
