@@ -92,6 +92,30 @@ class ClientPart:
         return getattr(cls, hook) is not getattr(ClientPart, hook)
 
 
+class UplinkCodec(ClientPart):
+    """How client models travel up when not as plain tensors (FedPAQ's quantization), for any
+    method: registered like the parts, switched on by the run config (`on`), found by the apps
+    through `methods.uplink_codec` (docs/extending.md#uplink-codecs).
+
+    Client side (this class): a client part put first, so that its `end` (which turns the model
+    into what the server will rebuild) runs before the method's own `end` hooks;
+    `reply_arrays(model)` is the reply's 'arrays' record.
+    Server side (`decoder(cfg)`): `decode_replies(replies, phi)` replaces each reply's 'arrays'
+    by the model it encodes, in place, before screening; a reply that does not decode is left
+    as it is (screening then drops it).
+    """
+
+    decoder: ClassVar[type]
+
+    @classmethod
+    def on(cls, cfg: Config) -> bool:
+        """Whether this run config switches the codec on."""
+        return False
+
+    def reply_arrays(self, model):
+        raise NotImplementedError
+
+
 class ServerRule:
     """How the screened replies and the server state turn into the next theta
     (docs/algorithms.md #server-round). The round loop calls, each round:

@@ -9,8 +9,6 @@ from torch import nn
 
 import methods
 from feddata.population import ClientPopulation
-from methods.fedpaq import uplink_decoder
-
 from methods.registry import parse_objective
 
 from .client_state import ClientStateRounds
@@ -29,6 +27,7 @@ def build_strategy(cfg: dict[str, Any], model: nn.Module, **fedavg_kwargs) -> Me
                   node_wait_timeout=cfg["node-wait-timeout"],
                   identify_nodes=rule.sampling == "seeded", population=population,
                   sampling=rule.sampling)
+    codec = methods.uplink_codec(cfg)  # e.g. FedPAQ's: w_i = phi + Q(d_i) before screening
     client_state = None  # which version of its own state each client starts from
     if any(methods.CLIENT_PARTS[p].client_state for p in parse_objective(cfg["client-objective"])):
         client_state = ClientStateRounds(checkpoints=cfg["checkpoint-every"] > 0)
@@ -40,7 +39,7 @@ def build_strategy(cfg: dict[str, Any], model: nn.Module, **fedavg_kwargs) -> Me
         fraction_train=cfg["fraction-train"], fraction_evaluate=cfg["fraction-evaluate"],
         min_train_nodes=cfg["min-train-nodes"], min_evaluate_nodes=cfg["min-evaluate-nodes"],
         min_available_nodes=cfg["min-train-nodes"],
-        uplink=uplink_decoder(cfg),  # FedPAQ: w_i = phi + Q(d_i) before screening
+        uplink=codec.decoder(cfg) if codec else None,
         **fedavg_kwargs,
     )
 
