@@ -74,7 +74,7 @@ TESTS: dict[str, list[str]] = {
         "tests/test_app.py::test_same_seed_samples_the_same_partitions_whatever_the_node_ids",
         "tests/test_extending.py"],  # a method's extra records, down and up
     "strategies/reply_screen.py": ["tests/test_pins_server.py", "tests/test_bad_replies.py"],
-    "strategies/factory.py": [
+    "server_app/factory.py": [
         "tests/test_pins_server.py", _PINS_APP, "tests/test_bad_replies.py",
         "tests/test_app.py::test_flower_baseline_and_federated_evaluation",
         "tests/test_app.py::test_same_seed_samples_the_same_partitions_whatever_the_node_ids",

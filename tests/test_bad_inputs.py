@@ -20,8 +20,7 @@ from feddata.disk_cache import cache_file, cache_key, load_prepared_partition
 from feddata.population import ClientPopulation
 from run_config import ConfigError, resolve
 from server_app.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from strategies import LookaheadFedAvg
-from strategy_helpers import random_state, reply
+from strategy_helpers import LookaheadFedAvg, random_state, reply
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "deploy"))
