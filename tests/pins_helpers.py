@@ -14,8 +14,8 @@ from pathlib import Path
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 
-from server_app.inprocess import InProcessGrid as FakeGrid
-from server_app.inprocess import client_app_handler
+from inprocess import InProcessGrid as FakeGrid
+from inprocess import client_app_handler
 
 # --- the client's local update ---------------------------------------------------------------
 
