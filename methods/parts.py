@@ -11,6 +11,10 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 Config = dict[str, Any]  # a resolved run config (run_config.resolve)
+# The strategies of `strategies.named` send their method to the clients in each train
+# instruction's config as keys with this prefix: 'method.name', 'method.<run-config key>' for each
+# setting given, 'method.classifier' (read by `client_app.blocks.LocalMethod`).
+CONFIG_PREFIX = "method."
 
 
 class SettingError(ValueError):

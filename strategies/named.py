@@ -31,7 +31,7 @@ from run_config.topics import TOPICS
 from .nodes import Nodes
 from .round_loop import MethodStrategy
 
-PREFIX = "method."  # the train config's keys that carry the method to the clients
+PREFIX = methods.parts.CONFIG_PREFIX  # the train config's keys that carry the method
 # The run-config keys a strategy takes as keyword arguments ('-' written '_'): the method's and
 # the baselines' knobs, the clients' learning rate, the screening of replies, the sampling seed.
 # The rest configure this project's app (data, model, outputs, the federation's size).
