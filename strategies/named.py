@@ -77,7 +77,8 @@ class Method(MethodStrategy):
         and ranges; the method's presets fill the ones not given. `lr` (and `lr_decay`): the
         clients' learning rate, then sent in every train instruction as 'lr' (times
         lr_decay^(t-1)); without it, the 'lr' of `start`'s `train_config` is the one the
-        server rules that use it (SCAFFOLD, FedCM, FedDC) read.
+        server rules that use it (SCAFFOLD, FedCM, FedDC) read. The screening of replies is
+        the app's (docs/security.md), except `update_clip_ratio`, off (0) unless given.
     """
 
     def __init__(
@@ -132,7 +133,9 @@ class Method(MethodStrategy):
             lr=cfg["lr"], lr_decay=cfg["lr-decay"], min_train_clients=cfg["min-train-clients"],
             max_update_norm=cfg["max-update-norm"], update_norm_ratio=cfg["update-norm-ratio"],
             num_examples_ratio=cfg["num-examples-ratio"],
-            update_clip_ratio=cfg["update-clip-ratio"],
+            # off unless asked for: the clients of an app of one's own may take different
+            # numbers of local steps, and honest updates then differ in norm by more than 2x
+            update_clip_ratio=self.settings.get("update-clip-ratio", 0.0),
             uplink=codec.decoder(cfg) if codec else None,
             fraction_train=fraction_train, fraction_evaluate=fraction_evaluate,
             min_train_nodes=min_train_nodes, min_evaluate_nodes=min_evaluate_nodes,

@@ -40,6 +40,10 @@ def test_they_are_flower_strategies():
     assert FedACG(fraction_train=0.1, lam=0.85, beta=0.01).fraction_train == 0.1
     assert FedAGM(tau=0.7, alpha=0.5).cfg["eta"] == 0.7
     assert GCFed().cfg["aggregation"] == "uniform"
+    # the screening of replies is the app's, but for the update clipping (off unless asked)
+    assert (FedACG().max_update_norm, FedACG().influence) == (0.0, (10.0, 10.0))
+    assert FedACG().update_clip_ratio == 0.0
+    assert FedACG(update_clip_ratio=2.0).update_clip_ratio == 2.0
 
 
 def test_fedacg_without_momentum_and_proximal_term_is_flower_fedavg():
