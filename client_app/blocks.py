@@ -71,7 +71,8 @@ class LocalMethod:
         The train instruction.
     model : nn.Module
         Your model, holding the received weights. Its parameters must be those the server's
-        arrays hold, in the same order.
+        arrays hold, in the same order. A model without `classifier_names` gets the
+        classifier the server sent there (MOON's and FedDecorr's features are its input).
     context : Context | None (default: None)
         The ClientApp's context: methods with per-client state (SCAFFOLD, FedDyn, FedDC, MOON)
         keep it in `context.state`, per `partition-id` of `context.node_config`.
@@ -103,8 +104,8 @@ class LocalMethod:
         ctx.lr = float(config.get("lr", cfg.get("lr", 0.0)))
         self.model, self.alpha, self.grad_clip = model, cfg["alpha"], grad_clip
         # local GC: the leading parameters before the classifier the server named (or found)
-        layout = ModelLayout(list(model.named_parameters()),
-                             config.get(CLASSIFIER) or getattr(model, "classifier_names", None))
+        classifier = config.get(CLASSIFIER) or getattr(model, "classifier_names", None)
+        layout = ModelLayout(list(model.named_parameters()), classifier)
         try:
             self.local_gc = ctx.params[:local_gc_layers(cfg, layout)]
         except ValueError as err:
@@ -116,6 +117,8 @@ class LocalMethod:
             self.parts = ((self.codec,) if self.codec else ()) + client_parts(cfg)
         except KeyError as err:
             raise _missing(err, cfg) from None
+        if classifier and not hasattr(model, "classifier_names"):  # for parts that read the
+            model.classifier_names = tuple(classifier)  # penultimate features (MOON, FedDecorr)
         self._forward = next((p.model_forward for p in self.parts if p.has("model_forward")),
                              None)
         self._stepper = next((p for p in self.parts if p.has("step_grad")), None)

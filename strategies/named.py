@@ -23,6 +23,7 @@ from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 from flwr.common import log
 
 import methods
+from methods.registry import parse_objective
 from models.centralization import ModelLayout
 from run_config import ConfigError, resolve
 from run_config.schema import KEYS_BY_NAME
@@ -116,6 +117,13 @@ class Method(MethodStrategy):
                        KEYS_BY_NAME else "not a setting")
                     + (f" (did you mean {_kw(close[0])}?)" if close else "")
                     + f"; the settings: {', '.join(sorted(map(_kw, SETTINGS)))}")
+        # a part that runs on one of this project's models only (FedMLB) says which in `model`
+        objective = self.settings.get("client-objective", "preset")
+        names = (methods.METHODS[method].client_parts if objective == "preset"
+                 else parse_objective(objective))
+        for part in (methods.CLIENT_PARTS.get(n) for n in names):
+            if part is not None and part.models:
+                self.settings.setdefault("model", part.models[0])
         try:
             self.cfg = resolve({"method": method, **self.settings})
         except ConfigError as err:

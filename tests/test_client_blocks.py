@@ -121,6 +121,18 @@ def test_same_steps_as_the_apps_local_update(method):
             assert (sent[k].numpy() == app_sent[k].numpy()).all(), k
 
 
+def test_fedmlb_names_the_model_it_runs_on():
+    """FedMLB's part runs on this project's ResNet-18 only: the strategy says so in the
+    settings it sends, and another model is refused by the part with the reason."""
+    strategy = Method("fedmlb")
+    assert strategy.settings["model"] == "resnet18"
+    model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
+    msg = instruction(strategy, model)
+    assert msg.content["config"]["method.model"] == "resnet18"
+    with pytest.raises(TypeError, match="FedMLB needs a model with stages .ResNet-18-GN"):
+        LocalMethod(msg, model)
+
+
 def test_without_a_method_in_the_instruction_it_says_what_is_missing():
     model = nn.Linear(2, 2)
     plain = Message(RecordDict({"arrays": ArrayRecord(model.state_dict()),
@@ -184,8 +196,10 @@ def own_client_app(seed=0):
     lambda: Method("fedcm"),
     lambda: Method("fedlc-gcfed"),
     lambda: Method("fedadam", eta=0.1),
+    lambda: Method("moon"),
+    lambda: Method("feddecorr"),
 ], ids=["fedacg+gcfed", "scaffold", "fedpaq", "feddyn-fedacg", "fedcm", "fedlc-gcfed",
-        "fedadam"])
+        "fedadam", "moon", "feddecorr"])
 def test_every_reply_of_a_clientapp_of_ones_own_is_used_and_it_learns(strategy):
     strategy = strategy()
     strategy.min_train_nodes = strategy.min_available_nodes = 4
