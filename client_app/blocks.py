@@ -79,7 +79,7 @@ class LocalMethod:
     train_labels : torch.Tensor | None (default: None)
         The client's training labels, for parts that read them (FedLC's class counts).
     num_classes : int (default: 0)
-        The number of classes, for parts that need it (FedLC, FedNTD).
+        The number of classes, for parts that need it (FedLC).
     grad_clip : float (default: 0.0)
         Clip the gradient's norm in `before_step`, after the method's corrections and before
         local GC, as the app's local update does; 0: no clipping.

@@ -239,8 +239,8 @@ class FedACG(Method):
 
     The server keeps a momentum m and broadcasts the look-ahead point phi = theta + lam * m;
     each client minimizes CE + beta/2 * ||w - phi||^2 from phi (`client_app.blocks.LocalMethod`
-    adds the term's gradient); the server averages the updates d = mean_i(w_i) - phi, then
-    m = lam * m + d and theta = theta + m.
+    adds the term's gradient); the server averages the clients' models weighted by their
+    examples, d = sum_i n_i/n * w_i - phi, then m = lam * m + d and theta = theta + m.
 
     Parameters
     ----------
