@@ -19,6 +19,7 @@ from flwr.clientapp import ClientApp
 
 from feddata.augment import TrainTransform
 from feddata.disk_cache import cache_dir, load_prepared_partition
+from feddata.padding import pad_to_full_batches
 from feddata.specs import DATASET_BY_NAME
 from methods import uplink_codec
 from models import build_model
@@ -109,6 +110,8 @@ def train(msg: Message, context: Context) -> Message:
                                cfg["augment-padding"], cfg["augment-rotation"])
     t = time.perf_counter()
     train_x, train_y, _, _ = on_device(data, device)
+    if cfg["pad-to-full-batches"]:  # GC-Fed's full batches (num-examples stays the true size)
+        train_x, train_y = pad_to_full_batches(train_x, train_y, cfg["batch-size"])
     down = {k: v for k, v in msg.content.array_records.items() if k != "arrays"}
     _, num_partitions = data_partition_of(msg, context)
     store = store_for(c, pid, context.node_config, context.state)  # per-client state, if any
@@ -118,7 +121,11 @@ def train(msg: Message, context: Context) -> Message:
     codec_class = uplink_codec(cfg)  # e.g. FedPAQ's quantization (uplink-bits > 0), else None
     codec = codec_class(cfg) if codec_class else None
     parts = client.parts if codec is None else (codec, *client.parts)  # (its end() runs first)
-    metrics = local_update(model, train_x, train_y, local, gen, transform, parts, ctx)
+    # torch's own generator (dropout: vgg11-gcfed) seeded per seed, round and partition too,
+    # inside a fork so that nothing outside the local update sees it
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(gen.initial_seed() * 6364136223846793005 % 2**63)
+        metrics = local_update(model, train_x, train_y, local, gen, transform, parts, ctx)
     # local compute only (ends synchronized: .item())
     metrics["train-seconds"] = time.perf_counter() - t
     metrics["num-examples"] = len(data.train_y)

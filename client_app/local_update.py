@@ -7,6 +7,9 @@
         loss.backward()    (or a part's step_grad, e.g. FedSOL's gradient at a perturbed point)
         the parts' gradient corrections (e.g. FedProx's + beta * (w - phi))
         clip_grad_norm_(grad_clip); g[l] = P(g[l]) for l in LOCAL-GC; opt.step()
+    (lr * lr_epoch_decay^e in local epoch e; amp: the forward pass under fp16 autocast, the loss
+    scaled by a GradScaler, the gradients unscaled before the corrections, an overflowing step
+    skipped)
 
 The method's client parts (`methods.ClientPart`) are called through `LocalContext`; this module
 names no method.
@@ -16,8 +19,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +28,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from models.centralization import centralize_
+
+from .client_state import layout_mismatch
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,8 @@ class LocalConfig:
     weight_decay: float = 0.0
     local_gc_layers: int = 0  # the first this-many parameter tensors get local GC
     gc_vectors: str = "center"
+    lr_epoch_decay: float = 1.0  # local epoch e (from 0) uses lr * lr_epoch_decay^e
+    amp: bool = False  # fp16 autocast + GradScaler (run config precision)
 
     def num_steps(self, n: int) -> int:
         if self.local_iterations > 0:
@@ -102,13 +108,20 @@ class LocalContext:
     def _state_key(self, name: str) -> str:
         return f"{name}.p{self.partition_id}"
 
-    def load_state(self, name: str) -> dict[str, torch.Tensor] | None:
-        """This client's state `name` saved by an earlier round (None the first time)."""
+    def load_state(self, name: str, *, like: Mapping[str, torch.Tensor]
+                   ) -> dict[str, torch.Tensor] | None:
+        """This client's state `name` saved by an earlier round (None the first time). `like`
+        declares what it holds (keys, shapes, dtypes: e.g. `dict(model.named_parameters())`);
+        a stored state that differs is refused (client_app/client_state.py)."""
         if self.store is not None:
-            return self.store.load(name)
+            return self.store.load(name, like)
         if self.state is None or self._state_key(name) not in self.state.array_records:
             return None
-        return self.state.array_records[self._state_key(name)].to_torch_state_dict()
+        found = self.state.array_records[self._state_key(name)].to_torch_state_dict()
+        problem = layout_mismatch(found, like)
+        if problem:
+            raise ValueError(f"client state '{name}' in the node's Context.state {problem}")
+        return found
 
     def save_state(self, name: str, tensors: dict[str, torch.Tensor]) -> None:
         """Keep `tensors` as this client's state `name` for its next round."""
@@ -160,28 +173,41 @@ def local_update(
                 loss = loss + term
         return loss, logits, ce
 
+    def scaled_objective(xb, yb):
+        """`objective` as the step uses it: under amp, in fp16 autocast and the loss scaled by the
+        GradScaler (without amp, `objective` itself)."""
+        with torch.autocast(device.type, dtype=torch.float16, enabled=cfg.amp):
+            loss, logits, ce = objective(xb, yb)
+        return scaler.scale(loss), logits, ce
+
     local_gc = params[: cfg.local_gc_layers]
     opt = torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.local_momentum,
                           weight_decay=cfg.weight_decay)
+    scaler = torch.amp.GradScaler(device.type, enabled=cfg.amp)  # disabled: a no-op
     generator = generator or torch.Generator().manual_seed(0)
     model.train()
     loss_sum = torch.zeros((), device=device)
     correct = torch.zeros((), device=device, dtype=torch.long)
     seen = 0
     steps = cfg.num_steps(len(y))
-    for idx in batches(len(y), cfg.batch_size, steps, generator):
+    per_epoch = math.ceil(len(y) / cfg.batch_size)
+    for step, idx in enumerate(batches(len(y), cfg.batch_size, steps, generator)):
+        if cfg.lr_epoch_decay != 1.0 and step % per_epoch == 0:  # a local epoch begins
+            for group in opt.param_groups:
+                group["lr"] = cfg.lr * cfg.lr_epoch_decay ** (step // per_epoch)
         # non_blocking changes when the copy happens, never the values: not mutated
         xb = x[idx].to(device, non_blocking=True)  # pragma: no mutate
         yb = y[idx].to(device, non_blocking=True)  # pragma: no mutate
         if transform is not None:
             xb = transform(xb, generator)
         if stepper is None:
-            loss, logits, ce = objective(xb, yb)
+            loss, logits, ce = scaled_objective(xb, yb)
             opt.zero_grad(set_to_none=False)
             loss.backward()
         else:  # e.g. FedSOL: the gradient at a perturbed point (docs/baselines.md#fedsol)
             opt.zero_grad(set_to_none=False)
-            logits, ce = stepper.step_grad(ctx, xb, yb, objective)
+            logits, ce = stepper.step_grad(ctx, xb, yb, scaled_objective)
+        scaler.unscale_(opt)  # amp: the true gradients (and whether any overflowed)
         # on the step's final gradient, whoever made it:
         for part in parts:
             part.correct_grad_(ctx)
@@ -189,7 +215,8 @@ def local_update(
             nn.utils.clip_grad_norm_(params, cfg.grad_clip)
         for p in local_gc:
             centralize_(p.grad, cfg.gc_vectors)
-        opt.step()
+        scaler.step(opt)  # opt.step(), skipped under amp when a gradient overflowed
+        scaler.update()
         ctx.steps_done += 1
         loss_sum += ce.detach() * len(yb)
         correct += (logits.detach().argmax(1) == yb).sum()

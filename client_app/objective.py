@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from torch import nn
 
 import methods
@@ -41,12 +42,27 @@ def local_gc_layers(cfg: dict[str, Any], model: nn.Module) -> int:
     return borderline_index(model, cfg["gc-borderline"])  # "features": before the borderline
 
 
+def use_amp(cfg: dict[str, Any], device: torch.device) -> bool:
+    """Whether the local update runs under amp (run config `precision`): 'amp' on a CUDA GPU
+    (refused anywhere else), 'auto' where the model is on one, never with 'fp32'."""
+    on_gpu = device.type == "cuda"
+    if cfg["precision"] == "amp" and not on_gpu:
+        raise RuntimeError(
+            "run config 'precision' = 'amp' trains under fp16 autocast with a GradScaler on a "
+            f"CUDA GPU, and this ClientApp trains on the {device.type} (no GPU visible, or "
+            "device = 'cpu'): set precision = 'auto' (amp where a GPU is, fp32 elsewhere) or "
+            "'fp32'.")
+    return cfg["precision"] == "amp" or (cfg["precision"] == "auto" and on_gpu)
+
+
 def local_config(cfg: dict[str, Any], model: nn.Module, lr: float) -> LocalConfig:
     return LocalConfig(
         lr=lr, local_epochs=cfg["local-epochs"], local_iterations=cfg["local-iterations"],
         batch_size=cfg["batch-size"], alpha=cfg["alpha"], grad_clip=cfg["grad-clip"],
         local_momentum=cfg["local-momentum"], weight_decay=cfg["weight-decay"],
         local_gc_layers=local_gc_layers(cfg, model), gc_vectors=cfg["gc-vectors"],
+        lr_epoch_decay=cfg["lr-epoch-decay"],
+        amp=use_amp(cfg, next(model.parameters()).device),
     )
 
 

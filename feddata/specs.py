@@ -64,7 +64,8 @@ DATASET_BY_NAME: dict[str, DatasetSpec] = {
                                  hub="zh-plus/tiny-imagenet", test_splits=("valid", "validation"),
                                  augment="crop-flip", model="resnet18"),
     # GC-Fed's EMNIST (ByClass, 62 classes) with its normalization; no plain hub copy is known.
-    "emnist": DatasetSpec((1, 28, 28), 62, "image", "label", (0.1751,), (0.3333,), model="mlp"),
+    "emnist": DatasetSpec((1, 28, 28), 62, "image", "label", (0.1751,), (0.3333,),
+                          model="mlp-gcfed"),
     # FedACG's LEAF set-ups: FEMNIST as ToTensor() (no normalization), CelebA at 84x84, 0.5/0.5.
     "femnist": DatasetSpec((1, 28, 28), 62, "image", "character", (0.0,), (1.0,),
                            hub="flwrlabs/femnist", test_splits=(), natural_id="writer_id",

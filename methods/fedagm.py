@@ -8,8 +8,7 @@ from .registry import register
 
 register(Method(
     'fedagm',
-    "Kim, Kim, Han. Communication-Efficient Federated Learning with Acceleration of Global "
-    "Momentum (FedAGM), Alg. 2",
+    "Kim, Kim, Han. FedAGM (arXiv:2201.03172v1), Alg. 2",
     "momentum", ('proximal',),
     {"lookahead": True, "lam": 0.85, "beta": 0.01},
 ))

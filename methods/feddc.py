@@ -69,7 +69,7 @@ class DriftCorrection(ClientPart):
         self.names = [n for n, _ in ctx.model.named_parameters()]
 
         def load(name):
-            found = ctx.load_state(name)
+            found = ctx.load_state(name, like=dict(ctx.model.named_parameters()))
             return ([found[n].to(p.device) for n, p in zip(self.names, ctx.params)] if found
                     else [torch.zeros_like(p) for p in ctx.params])
 

@@ -3,9 +3,10 @@ of the batch's feature dimensions (docs/baselines.md#feddecorr),
 L = CE + beta * L_dec with L_dec = mean of the squared off-diagonal entries of Zh^T Zh, divided
 by the batch size N (Zh: each feature column standardised over the batch).
 
-Variants: `feddecorr-fedacg` (beta = 0.01, penultimate features, FedACG's code) and
-`feddecorr-gcfed` (beta = 0.001, the CNN's flattened conv map, GC-Fed's code, uniform client
-weights); `feddecorr` is `feddecorr-fedacg`.
+Variants: `feddecorr-fedacg` (beta = 0.01, penultimate features, FedACG's code, uniform client
+weights) and `feddecorr-gcfed` (beta = 0.001, the CNN's flattened conv map, GC-Fed's code, uniform
+client weights); `feddecorr` has FedACG's values with the clients weighed by examples (FedAvg's
+weights).
 """
 
 from __future__ import annotations
@@ -67,6 +68,6 @@ FEDACG = {"decorr-beta": 0.01, "decorr-features": "penultimate"}
 register(FeatureDecorrelation,
          Method("feddecorr", PAPER, "momentum", ("feddecorr",), FEDACG),
          Method("feddecorr-fedacg", PAPER + " (FedACG code)", "momentum", ("feddecorr",),
-                FEDACG),
+                {**FEDACG, "aggregation": "uniform"}),
          Method("feddecorr-gcfed", PAPER + " (GC-Fed code)", "momentum", ("feddecorr",),
                 {"decorr-beta": 0.001, "decorr-features": "conv-map", "aggregation": "uniform"}))

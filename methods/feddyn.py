@@ -46,7 +46,7 @@ class FedDynTerm(ClientPart):
 
         self.names = [n for n, _ in ctx.model.named_parameters()]
         self.phi = [p.detach().clone() for p in ctx.params]
-        g_i = ctx.load_state(G_I_STATE)
+        g_i = ctx.load_state(G_I_STATE, like=dict(ctx.model.named_parameters()))
         self.g_i = ([g_i[n].to(p.device) for n, p in zip(self.names, ctx.params)] if g_i
                     else [torch.zeros_like(p) for p in ctx.params])
 

@@ -2,8 +2,9 @@
 logits calibrated by its class counts, f_c - tau * n_c^(-1/4), replaces plain CE
 (docs/baselines.md#fedlc). Evaluation uses the raw logits.
 
-Variants: `fedlc-fedacg` (tau = 1, FedACG's code) and `fedlc-gcfed` (tau = 0.1, GC-Fed's code,
-uniform client weights); `fedlc` is `fedlc-fedacg`.
+Variants: `fedlc-fedacg` (tau = 1 and uniform client weights, FedACG's code) and `fedlc-gcfed`
+(tau = 0.1, GC-Fed's code, uniform client weights); `fedlc` has FedACG's tau with the clients
+weighed by examples (FedAvg's weights).
 """
 
 from __future__ import annotations
@@ -66,6 +67,6 @@ PAPER = "Zhang 2022 https://arxiv.org/abs/2209.00189"  # FedLC, ICML 2022
 register(LogitCalibration,
          Method("fedlc", PAPER, "momentum", ("fedlc",), {"lc-tau": 1.0}),
          Method("fedlc-fedacg", PAPER + " (FedACG code)", "momentum", ("fedlc",),
-                {"lc-tau": 1.0}),
+                {"lc-tau": 1.0, "aggregation": "uniform"}),
          Method("fedlc-gcfed", PAPER + " (GC-Fed code)", "momentum", ("fedlc",),
                 {"lc-tau": 0.1, "aggregation": "uniform"}))

@@ -3,9 +3,10 @@ received model phi (docs/baselines.md#fedntd). The true class's column is droppe
 student's and the teacher's logits; the teacher's softened not-true distribution p is distilled
 into the student's q with KL(p || q).
 
-Variants (`ntd-form`): `fedntd-fedacg` = (1 - beta) CE + beta KL, beta = 0.3 (FedACG's code);
-`fedntd-gcfed` = CE + beta tau^2 KL, beta = 1 (GC-Fed's and FedNTD's code, uniform client
-weights). `fedntd` is `fedntd-fedacg`. tau = 1 in both.
+Variants (`ntd-form`): `fedntd-fedacg` = (1 - beta) CE + beta KL, beta = 0.3 (FedACG's code,
+uniform client weights); `fedntd-gcfed` = CE + beta tau^2 KL, beta = 1 (GC-Fed's and FedNTD's
+code, uniform client weights). `fedntd` is FedACG's form with the clients weighed by examples
+(FedAvg's weights). tau = 1 in all.
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ PAPER = "Lee 2022 https://arxiv.org/abs/2106.03097"  # FedNTD, NeurIPS 2022
 FEDACG = {"ntd-beta": 0.3, "ntd-form": "fedacg"}
 register(NotTrueDistillation,
          Method("fedntd", PAPER, "momentum", ("fedntd",), FEDACG),
-         Method("fedntd-fedacg", PAPER + " (FedACG code)", "momentum", ("fedntd",), FEDACG),
+         Method("fedntd-fedacg", PAPER + " (FedACG code)", "momentum", ("fedntd",),
+                {**FEDACG, "aggregation": "uniform"}),
          Method("fedntd-gcfed", PAPER + " (GC-Fed code)", "momentum", ("fedntd",),
                 {"ntd-beta": 1.0, "ntd-form": "gcfed", "aggregation": "uniform"}))

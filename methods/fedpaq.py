@@ -40,7 +40,8 @@ def quantize(x, s: int, generator=None):
         return torch.zeros(x.shape, dtype=torch.int64), nu
     r = s * x.abs() / nu
     low = torch.floor(r)
-    up = torch.rand(x.shape, generator=generator) < (r - low)
+    # float32 draws whatever the process's default dtype: the same stream, the same rounding
+    up = torch.rand(x.shape, generator=generator, dtype=torch.float32) < (r - low)
     levels = (low + up.to(low.dtype)).clamp_(0, s).to(torch.int64)  # (r <= s: the clamp is a
     return torch.sign(x).to(torch.int64) * levels, nu                # guard against rounding)
 

@@ -2,6 +2,10 @@
 beta/2 * ||w - phi||^2 on the client (docs/algorithms.md #local-update), FedAvg's server rule.
 
 The term is added as its gradient, beta * (w - phi), after backward and before clipping.
+
+`fedprox`: beta (FedProx's mu) 0.01, clients weighed by examples. `fedprox-gcfed`: GC-Fed's code,
+mu = 0.1 (its args.py `--fedprox_mu`, loss + mu/2 * ||w - phi||^2) and uniform client weights
+(`torch.mean`), for GC-Fed's FedProx rows.
 """
 
 from __future__ import annotations
@@ -42,6 +46,8 @@ class ProximalTerm(ClientPart):
             add_proximal_grad_(ctx.params, self.phi, self.beta)
 
 
-register(ProximalTerm)
-register(Method("fedprox", "Li 2020 https://arxiv.org/abs/1812.06127", "momentum",
-                ("proximal",), {"beta": 0.01}))
+PAPER = "Li 2020 https://arxiv.org/abs/1812.06127"
+register(ProximalTerm,
+         Method("fedprox", PAPER, "momentum", ("proximal",), {"beta": 0.01}),
+         Method("fedprox-gcfed", "FedProx as in GC-Fed's code", "momentum", ("proximal",),
+                {"beta": 0.1, "aggregation": "uniform"}))

@@ -150,6 +150,11 @@ class FedVARPRule(ServerRule):
                                 "clients": seen, "rows": self.table.data[seen].clone()}
         return state
 
+    def state_to_check(self) -> dict[str, Any]:
+        """theta and y, no copies (y is the mean of the table's rows: a non-finite row makes it
+        non-finite too; copying the table every round could cost gigabytes)."""
+        return {"theta": self.theta, **({"fedvarp-y": self.y} if self.y is not None else {})}
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         from flwr.app import ArrayRecord
 

@@ -66,6 +66,10 @@ class FlowerFedOpt(ServerRule):
         self._theta_record = arrays
         return arrays, None
 
+    def state_to_check(self) -> dict:
+        """Flower's optimizer moments (NumPy arrays; None before the first update)."""
+        return {name: getattr(self.flower, name, None) or {} for name in ("m_t", "v_t")}
+
     def state_dict(self) -> dict:
         raise NotImplementedError(f"server rule '{self.name}' (Flower's own optimizer state) "
                                   "cannot be checkpointed; set checkpoint-every = 0")

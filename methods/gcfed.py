@@ -7,8 +7,7 @@ from .registry import register
 
 register(Method(
     'gcfed',
-    'Seo et al. GC-Fed: '
-    'Gradient Centralized Federated Learning with Partial Client Participation, Alg. 1',
+    "Seo et al. GC-Fed, Information Fusion 2026, Alg. 1",
     "momentum", (),
     {"local-gc": 'features', "global-gc": 'all', "aggregation": 'uniform'},
 ))

@@ -7,8 +7,7 @@ from .registry import register
 
 register(Method(
     'globalgc',
-    'Seo et al. GC-Fed: '
-    "Gradient Centralized Federated Learning with Partial Client Participation, 'Global GC only'",
+    "Seo et al. GC-Fed, Information Fusion 2026, 'Global GC only'",
     "momentum", (),
     {"global-gc": 'all', "aggregation": 'uniform'},
 ))

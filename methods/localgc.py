@@ -7,8 +7,7 @@ from .registry import register
 
 register(Method(
     'localgc',
-    'Seo et al. GC-Fed: '
-    "Gradient Centralized Federated Learning with Partial Client Participation, 'Local GC only'",
+    "Seo et al. GC-Fed, Information Fusion 2026, 'Local GC only'",
     "momentum", (),
     {"local-gc": 'all', "aggregation": 'uniform'},
 ))

@@ -96,7 +96,6 @@ class MomentumRule(ServerRule):
         from flwr.app import ArrayRecord
 
         from strategies import robust
-        from strategies.server_update import global_gc_, server_step_
 
         n = [weight for _, _, weight in good]
         if self.aggregation == "examples" and sum(n) <= 0:
@@ -106,13 +105,20 @@ class MomentumRule(ServerRule):
             return None, too_few
         d = robust.aggregate(self.robust, phi, [model for _, model, _ in good], n,
                              self.aggregation, server_round)
-        global_gc_(d, self.global_gc_layers, self.gc_vectors)
-        server_step_(self.theta, self.m, d, self.lam, self.eta)
+        self.step_(d)
         for k, v in good[0][1].items():  # non-float buffers: from the first reply
             if not v.is_floating_point():
                 self.theta[k] = v
         self._theta_record = ArrayRecord(self.theta)
         return self._theta_record, None
+
+    def step_(self, d: dict) -> None:
+        """theta (and the server state) from the round's aggregate update d, in place: global
+        GC, then m = lam * m + eta * d; theta = theta + m."""
+        from strategies.server_update import global_gc_, server_step_
+
+        global_gc_(d, self.global_gc_layers, self.gc_vectors)
+        server_step_(self.theta, self.m, d, self.lam, self.eta)
 
     def state_dict(self) -> dict[str, Any]:
         copy = lambda state: {k: v.clone() for k, v in state.items()}  # noqa: E731

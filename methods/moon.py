@@ -55,7 +55,7 @@ class ModelContrastive(ClientPart):
         if self.mu == 0:
             return
         self.teacher = ctx.teacher()
-        prev = ctx.load_state(STATE)
+        prev = ctx.load_state(STATE, like=ctx.model.state_dict())
         self.prev = None  # None: prev = phi, the teacher
         if prev is not None:
             self.prev = copy.deepcopy(self.teacher)

@@ -133,6 +133,8 @@ class ServerRule:
                                       records named in `up` ({name: ArrayRecord})
     theta_record() -> ArrayRecord     the current theta (after start, aggregate, load_state_dict)
     state_dict() / load_state_dict()  everything the rule needs to resume exactly (checkpoints)
+    state_to_check()                  the state checked finite after every update (default:
+                                      state_dict())
     """
 
     name: ClassVar[str] = ""
@@ -179,6 +181,13 @@ class ServerRule:
 
     def state_dict(self) -> dict[str, Any]:
         return {}
+
+    def state_to_check(self) -> dict[str, Any]:
+        """The server state the round loop checks for NaN and Inf after every update
+        (strategies/state_check.py): name -> tensor, or dicts / lists of them. By default the
+        state_dict(); a rule whose state_dict() is costly (copies of large tables) or not there
+        gives what stands for its state."""
+        return self.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         pass

@@ -48,7 +48,7 @@ class ScaffoldCorrection(ClientPart):
 
         self.names = [n for n, _ in ctx.model.named_parameters()]
         c = ctx.down[C_RECORD].to_torch_state_dict()
-        c_i = ctx.load_state(C_I_STATE)
+        c_i = ctx.load_state(C_I_STATE, like=dict(ctx.model.named_parameters()))
         self.c = [c[n].to(p.device) for n, p in zip(self.names, ctx.params)]
         self.c_i = ([c_i[n].to(p.device) for n, p in zip(self.names, ctx.params)] if c_i
                     else [torch.zeros_like(p) for p in ctx.params])

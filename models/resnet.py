@@ -29,6 +29,9 @@ class BasicBlock(nn.Module):
 
 class ResNet18GN(nn.Module):
     classifier_names = ("linear.weight", "linear.bias")
+    # init = 'torchvision' (models/initialization.py): GC-Fed's code puts a fresh 3x3 stem and
+    # classifier on torchvision's resnet18, so those two keep PyTorch's default initialisation.
+    torchvision_default_layers = ("conv1", "linear")
 
     def __init__(self, in_shape: tuple[int, ...], num_classes: int, gn_groups: int = 2):
         super().__init__()

@@ -157,15 +157,18 @@ the tests). Where a set-up's values come from, and what had to be inferred:
 [paper set-ups](algorithms.md#paper-set-ups) and
 [paper versus code](algorithms.md#paper-versus-code).
 None of these set-ups has been run to the end here (they need the hub datasets and a GPU); the
-`reported.rows` are the papers' numbers, not ours.
+`reported.rows` are the papers' numbers, not ours. How close each set-up is to its authors' code,
+element by element, and what still differs: [fidelity](#fidelity).
 
 This page is generated: `python -m run_config --setups-page > docs/setups.md`.
 """
 
 
 def setups_page() -> str:
-    """docs/setups.md."""
-    return SETUPS_INTRO + "\n" + setups() + "\n"
+    """docs/setups.md: the set-ups and their fidelity to the authors' codes."""
+    from .fidelity import fidelity_markdown
+
+    return SETUPS_INTRO + "\n" + setups() + "\n\n" + fidelity_markdown() + "\n"
 
 
 def configuration_page() -> str:

@@ -132,19 +132,44 @@ def _check_combinations(cfg: dict[str, Any], explicit: set[str]) -> None:
             "run config: fraction-evaluate > 0 needs held-out client data; set "
             "client-val-fraction > 0 (e.g. 0.1) or fraction-evaluate = 0."
         )
+    if cfg["precision"] == "amp" and cfg["device"] == "cpu":
+        raise ConfigError(
+            "run config 'precision' = 'amp' (fp16 autocast with a GradScaler) needs a CUDA GPU, "
+            "and 'device' = 'cpu' trains on the CPU: set precision = 'fp32', or 'auto' (amp "
+            "where a GPU is), or device = 'auto' / 'cuda' on a machine with a GPU.")
     if cfg["model"] == "resnet18" and 64 % cfg["gn-groups"]:
         raise ConfigError(
             f"run config 'gn-groups' = {cfg['gn-groups']} must divide 64 (the channels of "
             "ResNet-18's narrowest layer): use 1, 2, 4, 8, 16, 32 or 64."
         )
-    if not cfg["out-dir"].strip():
-        raise ConfigError("run config 'out-dir' is empty: give the folder for run outputs.")
-    if cfg["run-name"] in (".", "..") or any(c in cfg["run-name"] for c in "/\\"):
-        raise ConfigError(
-            f"run config 'run-name' = '{cfg['run-name']}' must be a plain folder name (no '/', "
-            "'\\', '.' or '..'): it names the run's folder under out-dir."
-        )
+    _check_paths(cfg)
     _check_parts(cfg, explicit)
+
+
+MAX_NAME_BYTES = 255  # NAME_MAX: the longest file name of Linux's and macOS's file systems
+
+
+def _check_paths(cfg: dict[str, Any]) -> None:
+    """out-dir and run-name as far as they can be checked without the disk (the ServerApp
+    checks the rest when it makes the folder: a file in the way, no permission)."""
+    out_dir, name = cfg["out-dir"], cfg["run-name"]
+    if not out_dir.strip():
+        raise ConfigError("run config 'out-dir' is empty: give the folder for run outputs.")
+    if any(ord(c) < 32 or ord(c) == 127 for c in out_dir):
+        raise ConfigError(f"run config 'out-dir' = {out_dir!r} holds a control character (NUL, "
+                          "newline, ...): give a plain path, e.g. "
+                          "out-dir='~/fedacg-gc-runs'.")
+    plain = name not in (".", "..") and not any(c in name for c in "/\\")
+    if not plain or any(ord(c) < 32 or ord(c) == 127 for c in name):
+        raise ConfigError(
+            f"run config 'run-name' = {name!r} must be a plain folder name (no '/', '\\', "
+            "control characters such as NUL or newline, '.' or '..'): it names the run's folder "
+            "under out-dir.")
+    size = len(name.encode(errors="surrogatepass"))
+    if size > MAX_NAME_BYTES:
+        raise ConfigError(
+            f"run config 'run-name' is {size} bytes long ('{name[:40]}...'): a "
+            f"folder name has at most {MAX_NAME_BYTES} bytes (in UTF-8); give a shorter one.")
 
 
 def _check_parts(cfg: dict[str, Any], explicit: set[str]) -> None:

@@ -69,7 +69,9 @@ DATASETS = ("digits", "cifar10", "cifar100", "tiny-imagenet", "emnist", "femnist
             "shakespeare")
 PARTITIONERS = ("iid", "dirichlet-balanced", "lda", "natural", "shards")
 AUGMENTATIONS = ("auto", "none", "crop-flip")
-MODELS = ("mlp", "cnn", "resnet18", "vgg11", "femnist-cnn", "celeba-cnn", "char-lstm")
+MODELS = ("mlp", "mlp-gcfed", "cnn", "resnet18", "vgg11", "vgg11-gcfed", "femnist-cnn",
+          "celeba-cnn", "char-lstm")
+INITS = ("default", "kaiming", "torchvision")  # models.INITS
 
 _P = (PRESET,)
 
@@ -122,6 +124,9 @@ KEYS: tuple[Key, ...] = (
     Key("lr", float, 0.05, "Local SGD learning rate.", "client", low=0.0, low_open=True),
     Key("lr-decay", float, 1.0, "Per-round decay: round t uses lr * lr-decay^(t-1).",
         "client", low=0.0, high=1.0, low_open=True),
+    Key("lr-epoch-decay", float, 1.0, "Per-local-epoch decay on top of the round's: local epoch "
+        "e = 0, 1, ... of round t uses lr * lr-decay^(t-1) * lr-epoch-decay^e (FedACG's code "
+        "decays both by its local_lr_decay).", "client", low=0.0, high=1.0, low_open=True),
     Key("local-epochs", int, 2,
         "Local epochs E over the partition (used when local-iterations = 0).",
         "client", low=0, high=1000),
@@ -135,6 +140,14 @@ KEYS: tuple[Key, ...] = (
         "client", low=0.0),
     Key("device", str, "auto", "Training device of the ClientApp and the server's evaluation.",
         "client", choices=("auto", "cpu", "cuda"), resume_may_differ=True),
+    Key("precision", str, "fp32", "Local training arithmetic: fp32; 'amp' = fp16 autocast with a "
+        "GradScaler on a CUDA GPU (FedACG's code; a step whose gradients overflow is skipped), "
+        "refused on the CPU; 'auto' = 'amp' where the client trains on a CUDA GPU, fp32 "
+        "elsewhere.", "client", choices=("fp32", "amp", "auto")),
+    Key("pad-to-full-batches", bool, False, "Pad each client's training data to a multiple of "
+        "batch-size by repeating its first examples (GC-Fed's code), so every local epoch has "
+        "full batches and class counts (FedLC) include the repeats; false = the last batch of "
+        "an epoch may be short.", "client"),
     # --- baselines' knobs (docs/baselines.md): one block per group of methods ---
     # (local-objective baselines: MOON, FedLC, FedNTD, FedDecorr)
     Key("moon-mu", float, 1.0, "MOON: weight mu of the model-contrastive term "
@@ -252,11 +265,19 @@ KEYS: tuple[Key, ...] = (
         "per round to tolerate (bulyan needs at least 4f + 3 replies).", "robustness", low=0),
     Key("multikrum-select", int, 0, "multikrum: number of updates averaged; 0 = replies - f.",
         "robustness", low=0),
+    # high: the noise std z * C / n is then at most 1e6 per coordinate, which float32 (max
+    # 3.4e38) holds in theta and in its squared norms over 1e8 parameters (1e12 each, 1e20 in
+    # all; the server screens and clips by such norms), with room for momentum and many rounds;
+    # 1e308 each made theta NaN in round 1 (docs/security.md#runs-run-folders-and-client-state).
     Key("dp-clipping-norm", float, 0.0, "Server-side DP with fixed clipping (Flower's "
-        "DifferentialPrivacyServerSideFixedClipping): clip every update to this norm; 0 = off.",
-        "robustness", low=0.0),
+        "DifferentialPrivacyServerSideFixedClipping): clip every update to this norm; 0 = off. "
+        "At most 1000 (an update that long moves weights of size 1 a thousandfold), so that the "
+        "noise std stays within what float32 holds.", "robustness", low=0.0, high=1e3),
     Key("dp-noise-multiplier", float, 0.0, "Server-side DP: add Gaussian noise of std "
-        "multiplier * dp-clipping-norm / replies to the aggregate.", "robustness", low=0.0),
+        "multiplier * dp-clipping-norm / replies to the aggregate. At most 1000: with "
+        "dp-clipping-norm at most 1000 the std is then at most 1e6 per coordinate, which "
+        "float32 holds in theta and in its squared norms (1e308 made theta NaN).", "robustness",
+        low=0.0, high=1e3),
     # --- data ---
     Key("dataset", str, "digits", "Dataset (docs/data.md): scikit-learn's bundled 8x8 "
         "digits (offline), or a hub dataset / its local copy.", "data", choices=DATASETS),
@@ -288,9 +309,15 @@ KEYS: tuple[Key, ...] = (
     Key("augment-rotation", float, 0.0, "Also rotate training images by up to this many degrees "
         "(FedACG's code: 10) when augmenting; 0 = no rotation.", "data", low=0.0, high=180.0),
     # --- model ---
-    Key("model", str, "cnn", "Model: MLP (3 fc), GC-Fed/McMahan CNN, ResNet-18-GN, VGG-11 (no BN), "
-        "LEAF's FEMNIST CNN (2 conv), CelebA CNN (4 conv, GroupNorm), Shakespeare char LSTM.",
-        "model", choices=MODELS),
+    Key("model", str, "cnn", "Model: MLP (3 fc, 200-200; mlp-gcfed: GC-Fed's 512-256), "
+        "GC-Fed/McMahan CNN, ResNet-18-GN, VGG-11 (no BN; vgg11: 512-512 head on a global pool, "
+        "vgg11-gcfed: GC-Fed's torchvision shape, 7x7 pool, 4096-4096 head with dropout), LEAF's "
+        "FEMNIST CNN (2 conv), CelebA CNN (4 conv, GroupNorm), Shakespeare char LSTM.", "model",
+        choices=MODELS),
+    Key("init", str, "default", "Initial weights of the global model: PyTorch's layer defaults; "
+        "'kaiming' = GC-Fed's CNN/MLP init (Kaiming-normal fan-in, zero biases); 'torchvision' = "
+        "torchvision's VGG/ResNet init as GC-Fed's code runs it (docs/data.md#models).", "model",
+        choices=INITS),
     Key("gn-groups", int, 2, "GroupNorm groups of ResNet-18 (2 in FedACG, 32 in GC-Fed).",
         "model", low=1),
     # --- output ---
@@ -304,9 +331,10 @@ KEYS: tuple[Key, ...] = (
         resume_may_differ=True),
     Key("out-dir", str, "~/fedacg-gc-runs", "Folder for run outputs (results.json, final model); "
         "'~' expands to the home of the ServerApp process.", "output", resume_may_differ=True),
-    Key("run-name", str, "", "Name of this run's sub-folder; empty = <method>-<date>-<time> (a "
-        "new folder for every run). A run-name whose folder holds a finished run is refused "
-        "unless resume is set.",
+    Key("run-name", str, "", "Name of this run's sub-folder (a plain folder name: at most 255 "
+        "bytes, no '/', '\\' or control characters); empty = <method>-<date>-<time> (a new "
+        "folder for every run). A run-name whose folder holds a finished run, or is in use by a "
+        "running run, is refused; with resume, it must be the resumed run's own (empty: kept).",
         "output", resume_may_differ=True),
     Key("checkpoint-every", int, 10, "Write <run folder>/checkpoint.pt every this many rounds "
         "and after the last (atomically); 0 = never.", "output", low=0, resume_may_differ=True),

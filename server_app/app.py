@@ -23,10 +23,11 @@ from run_config import load_setup, resolve
 from reporting.tracking import build_trackers
 
 from . import console
-from .checkpoint import (check_resumable, find_checkpoint, load_checkpoint, save_checkpoint,
-                         set_rng_state)
+from .checkpoint import (check_resumable, find_checkpoint, load_checkpoint, resumed_run_name,
+                         save_checkpoint, set_rng_state)
 from .factory import build_strategy
 from .results import RunRecorder, make_run_dir, mark_failed, mark_running, write_json_atomic
+from .run_lock import hold_run_dir
 from .sim_poll import speed_up_message_poll
 from .traffic import MeteredGrid
 
@@ -87,19 +88,28 @@ def main(grid: Grid, context: Context) -> None:
         if where.get("recorder") is not None:
             where["recorder"].close_trackers()
         raise  # Flower marks the run failed (flwr ls, flwr log); `flwr run` still exits 0
+    finally:  # (also on KeyboardInterrupt; a killed process loses the lock with its files)
+        if where.get("lock") is not None:
+            where["lock"].release()
 
 
 def run_server(grid: Grid, context: Context, where: dict) -> None:
     cfg = resolve(context.run_config)  # raises ConfigError naming the key before anything starts
+
+    def hold(run_dir: Path, key: str) -> None:  # one run per folder (run_lock); freed by main
+        where["lock"] = hold_run_dir(run_dir, context.run_id, key, cfg[key])
+
     checkpoint = None
     if cfg["resume"]:
         path = find_checkpoint(cfg["resume"], cfg["out-dir"], cfg["run-name"], cfg["method"])
+        run_dir = path.parent  # the resumed run goes on in its own folder, under its own name
+        hold(run_dir, "resume")
         checkpoint = load_checkpoint(path)
         check_resumable(checkpoint["config"], cfg, checkpoint["round"])
-        run_dir = path.parent  # the resumed run goes on in its own folder
+        cfg["run-name"] = resumed_run_name(cfg, checkpoint["config"], run_dir)
         log(INFO, "Resuming %s at round %d", path, checkpoint["round"] + 1)
     else:
-        run_dir = make_run_dir(cfg)
+        run_dir = make_run_dir(cfg, hold=lambda folder: hold(folder, "run-name"))
     where["run_dir"] = run_dir
     mark_running(run_dir, cfg, context.run_id)
     write_json_atomic(run_dir / "config.json", cfg)
@@ -107,7 +117,7 @@ def run_server(grid: Grid, context: Context, where: dict) -> None:
     random.seed(cfg["seed"])  # Flower's own baselines sample nodes with the global `random`
     spec = spec_of(cfg)
     model = build_model(cfg["model"], spec.in_shape, spec.num_classes, cfg["gn-groups"],
-                        seed=cfg["seed"])
+                        seed=cfg["seed"], init=cfg["init"])
     device = torch.device(
         "cuda:0" if cfg["device"] != "cpu" and torch.cuda.is_available() else "cpu")
     test = load_test_data(cfg)
@@ -117,6 +127,9 @@ def run_server(grid: Grid, context: Context, where: dict) -> None:
         plot_labels(cfg, partitions["clients"], run_dir)
 
     simulation = getattr(grid, "fixed_size", False) or is_simulation(grid)
+    if cfg["precision"] == "amp" and simulation and not torch.cuda.is_available():
+        log(WARNING, "precision = 'amp' needs a CUDA GPU and none is visible here: simulated "
+            "clients without one refuse to train (precision = 'auto' trains in fp32 there).")
     if is_simulation(grid) and cfg["simulation-fast-poll"]:
         speed_up_message_poll(grid)  # docs/performance.md#many-clients
     grid = MeteredGrid(grid)  # counts the clients and bytes of every message sent and received

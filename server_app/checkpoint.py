@@ -18,7 +18,6 @@ an error instead of resuming from something else. Contents:
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import random
@@ -28,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from feddata.atomic_file import write_atomic
+from feddata.atomic_file import checksum_line, without_checksum, write_atomic
 from run_config import KEYS, PRESETS, ConfigError
 
 CHECKPOINT_NAME = "checkpoint.pt"
@@ -62,9 +61,8 @@ def save_checkpoint(run_dir: Path, server_round: int, config: dict[str, Any],
                "strategy": strategy_state, "rng": rng_state(), "rows": [dict(r) for r in rows]}
     buffer = io.BytesIO()
     torch.save(payload, buffer)
-    data = buffer.getvalue()
-    header = CHECKSUM_PREFIX + hashlib.sha256(data).hexdigest().encode() + b"\n"
-    write_atomic(path, lambda f: f.writelines((header, data)))
+    data = buffer.getbuffer()
+    write_atomic(path, lambda f: f.writelines((checksum_line(CHECKSUM_PREFIX, data), data)))
     return path
 
 
@@ -79,8 +77,8 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
                               "end. Resume from another checkpoint, or start afresh with "
                               "resume = ''.")
     if raw.startswith(CHECKSUM_PREFIX):
-        header, _, raw = raw.partition(b"\n")
-        if hashlib.sha256(raw).hexdigest().encode() != header[len(CHECKSUM_PREFIX):]:
+        raw = without_checksum(CHECKSUM_PREFIX, raw)
+        if raw is None:
             raise CheckpointError(
                 f"checkpoint {path} is damaged: its SHA-256 does not match the one it was "
                 "written with (changed or truncated on disk). Resume from another checkpoint, "
@@ -183,3 +181,17 @@ def check_resumable(saved: dict[str, Any], cfg: dict[str, Any], done_round: int)
             f"run config 'num-server-rounds' = {cfg['num-server-rounds']}: the checkpoint is at "
             f"round {done_round} already; set num-server-rounds above {done_round} to continue."
         )
+
+
+def resumed_run_name(cfg: dict[str, Any], saved: dict[str, Any], run_dir: Path) -> str:
+    """The run-name a resumed run keeps. A run-name given with `resume` must be the run's own
+    (its checkpoint's, or its folder's name): config.json and results.json would name another
+    run otherwise. An empty one takes the checkpoint's."""
+    given, own = cfg["run-name"], saved.get("run-name", "")
+    if given and given not in (own, run_dir.name):
+        raise ConfigError(
+            f"run config 'run-name' = '{given}': resume = '{cfg['resume']}' continues the run in "
+            f"{run_dir} (run-name {own!r}), which goes on in its own folder under its own name. "
+            f"Drop run-name (or give run-name = '{run_dir.name}'), or drop resume to start a "
+            "new run.")
+    return given or own

@@ -67,18 +67,22 @@ def run_dir_name(cfg: dict[str, Any], now: float | None = None) -> str:
     return f"{cfg['method']}-{time.strftime('%Y%m%d-%H%M%S', time.localtime(now))}"
 
 
-def make_run_dir(cfg: dict[str, Any], now: float | None = None) -> Path:
-    """The run's folder under out-dir, created.
+def make_run_dir(cfg: dict[str, Any], now: float | None = None,
+                 hold: Callable[[Path], None] | None = None) -> Path:
+    """The run's folder under out-dir, created; `hold(folder)` is called on it before anything
+    in it is read (the ServerApp locks it there: `run_lock`).
 
     No run-name: `<method>-<date>-<time>`, with `-2`, `-3`, ... when that folder exists (created
     with an exclusive mkdir, so two runs started in the same second, even in two processes,
     get two folders). A run-name: that folder; refused when it holds a finished run (reusing
     the name would overwrite it); an unfinished run there is started afresh, with a warning.
     """
-    base = Path(cfg["out-dir"]).expanduser().resolve()
-    base.mkdir(parents=True, exist_ok=True)
+    base = out_dir(cfg)
     if cfg["run-name"]:
         run_dir = base / cfg["run-name"]
+        _mkdir(run_dir, "run-name", cfg["run-name"], exist_ok=True)
+        if hold:
+            hold(run_dir)
         old = read_results(run_dir)
         if old and old.get("summary", {}).get("complete"):
             raise ConfigError(
@@ -89,17 +93,47 @@ def make_run_dir(cfg: dict[str, Any], now: float | None = None) -> Path:
         if old:
             log(WARNING, "%s holds an unfinished run (%d rounds): starting afresh over it (to "
                 "continue it instead, use resume='latest').", run_dir, len(old.get("rounds", [])))
-        run_dir.mkdir(exist_ok=True)
         return run_dir
     name = run_dir_name(cfg, now)
     i = 1
     while True:
         run_dir = base / (name if i == 1 else f"{name}-{i}")
-        try:
-            run_dir.mkdir()
+        if _mkdir(run_dir, "out-dir", cfg["out-dir"]):
+            if hold:
+                hold(run_dir)
             return run_dir
-        except FileExistsError:
-            i += 1
+        i += 1
+
+
+def out_dir(cfg: dict[str, Any]) -> Path:
+    """out-dir, '~' expanded, created; ConfigError naming the key when it cannot be."""
+    try:
+        base = Path(cfg["out-dir"]).expanduser().resolve()
+    except (RuntimeError, OSError, ValueError) as err:  # '~nobody', NUL, ...
+        raise ConfigError(f"run config 'out-dir' = {cfg['out-dir']!r}: not a usable path "
+                          f"({err}). Give a folder you can write, e.g. "
+                          "out-dir='~/fedacg-gc-runs'.") from None
+    _mkdir(base, "out-dir", cfg["out-dir"], parents=True, exist_ok=True)
+    return base
+
+
+def _mkdir(path: Path, key: str, value: str, parents: bool = False,
+           exist_ok: bool = False) -> bool:
+    """mkdir: True when made (or there already, with exist_ok), False when something of that
+    name exists (without exist_ok); ConfigError naming the run-config `key` for anything else
+    (a file in the way, no permission, a name too long)."""
+    try:
+        path.mkdir(parents=parents, exist_ok=exist_ok)
+        return True
+    except FileExistsError:
+        if not exist_ok:
+            return False
+        why = "a file of that name is in the way"  # (exist_ok: only a non-folder raises)
+    except (OSError, ValueError) as err:  # (ValueError: a name the OS cannot take)
+        why = getattr(err, "strerror", None) or str(err)
+    example = ", e.g. '~/fedacg-gc-runs'" if key == "out-dir" else ""
+    raise ConfigError(f"run config '{key}' = {value!r}: cannot make the folder {path}: {why}. "
+                      f"Choose another {key} (a folder you can create and write{example}).")
 
 
 def mark_running(run_dir: Path, cfg: dict[str, Any], flower_run_id: int | None) -> None:

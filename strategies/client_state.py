@@ -75,7 +75,9 @@ class ClientStateRounds:
             if msg.has_error() and LOST_MARK in (msg.error.reason or ""):
                 reason = msg.error.reason
                 start = reason.index(LOST_MARK)
-                raise ClientStateLost(reason[start:].splitlines()[0][:1000])
+                line = reason[start:].splitlines()[0][:1000]
+                # (Flower wraps it: "<class ...>:<'...'>", in-process: repr(exception))
+                raise ClientStateLost(line.rstrip("'\">)"))
 
     def accept(self, server_round: int, good: list, sent: list[Message]) -> None:
         """The round's aggregated replies: their partitions' state is now this round's."""

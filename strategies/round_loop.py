@@ -21,8 +21,11 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg, Result
 from flwr.serverapp.strategy.strategy_utils import log_strategy_start_info
 
+from models.wire import state_view
+
 from .nodes import Nodes
 from .reply_screen import limit_influence, screen_replies, short_reason
+from .state_check import check_server_state
 
 
 def safe_metrics(aggr_fn, contents: list[RecordDict], weight_key: str) -> MetricRecord:
@@ -133,6 +136,8 @@ class MethodStrategy(RoundConfig, FedAvg):
                     result.evaluate_metrics_serverapp[0] = res
         elif self._theta_record is None:
             raise RuntimeError("resuming needs the strategy's state: call load_state_dict first")
+        else:  # (a checkpoint written before the state was checked may hold NaN)
+            self.check_state(f"in the checkpoint of round {first_round - 1}")
         arrays = result.arrays = self._theta_record
 
         for server_round in range(first_round, num_rounds + 1):
@@ -143,6 +148,7 @@ class MethodStrategy(RoundConfig, FedAvg):
                 timeout=timeout)
             agg_arrays, train_metrics = self.aggregate_train(server_round, replies)
             if agg_arrays is not None:
+                self.check_state(f"after the update of round {server_round}")
                 result.arrays = arrays = agg_arrays
             if train_metrics is not None:
                 log(INFO, "\t└──> Aggregated MetricRecord: %s", train_metrics)
@@ -163,6 +169,12 @@ class MethodStrategy(RoundConfig, FedAvg):
         log(INFO, "")
         log(INFO, "Strategy execution finished in %.2fs", time.time() - t_start)
         return result
+
+    def check_state(self, when: str) -> None:
+        """Stop the run (ServerStateNotFinite) when theta or the rule's state holds NaN or Inf:
+        nothing after it (evaluation, checkpoint, final model) sees a broken state."""
+        state = {"theta": state_view(self._theta_record), **self.rule.state_to_check()}
+        check_server_state(state, when, getattr(self.rule, "cfg", None))
 
     def _start_rule(self, arrays: ArrayRecord) -> None:
         self.rule.start(arrays)

@@ -22,9 +22,8 @@ atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 # One torch thread in the tests and in the Flower processes they start (unless OMP_NUM_THREADS
 # says otherwise): the models are tiny, and on a busy 2-core box two threads per process contend
 # (a CNN step on digits measured 6-10 ms with one thread, 85-190 ms with two under load; 6 ms
-# with two on an idle box). tests/test_preset_hashes.py runs at STARTUP_THREADS, the thread
-# count its hashes were recorded with.
-STARTUP_THREADS = torch.get_num_threads()
+# with two on an idle box). No test depends on the count (tests/test_preset_referee.py holds
+# for 1 and 2 threads alike).
 if "OMP_NUM_THREADS" not in os.environ:
     os.environ["OMP_NUM_THREADS"] = "1"
     torch.set_num_threads(1)
@@ -37,14 +36,6 @@ def task_identity():
 
     TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1
     yield
-
-
-@pytest.fixture
-def startup_threads():
-    """torch at the thread count it started with (the tests run with one, see above)."""
-    torch.set_num_threads(STARTUP_THREADS)
-    yield STARTUP_THREADS
-    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", STARTUP_THREADS)))
 
 
 @pytest.fixture(autouse=True, scope="session")

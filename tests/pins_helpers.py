@@ -277,6 +277,34 @@ def node_wait_timeout_error():
     return NodeWaitTimeout
 
 
+class VirtualClock:
+    """Stands in for the `time` module of the node wait (strategies/nodes.py): `sleep` adds to
+    the clock instead of sleeping, so a test reads how long the server waited for nodes without
+    depending on how fast the machine is. `slept`: every requested sleep, in seconds."""
+
+    def __init__(self) -> None:
+        self.now, self.slept = 1000.0, []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def time(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+def virtual_node_wait_clock(monkeypatch) -> VirtualClock:
+    """The node wait of every strategy runs on a VirtualClock for the rest of the test."""
+    import strategies.nodes
+
+    clock = VirtualClock()
+    monkeypatch.setattr(strategies.nodes, "time", clock)
+    return clock
+
+
 def error_reply(msg: Message, reason: str = "client failed") -> Message:
     from flwr.app import Error
 

@@ -32,11 +32,11 @@ def test_client_state_files_are_owner_only_whatever_the_umask(tmp_path):
     folder = tmp_path / "client-state" / ("0" * 32) / "p3"
     state = {"c": torch.arange(4.0)}
     with umask(0):  # nothing masked: the mode is the one the file is created with
-        DiskVersions(folder).write("scaffold-c", 2, state)
+        DiskVersions(folder, "0" * 32, 3).write("scaffold-c", 2, state)
     path = folder / "scaffold-c.r2.pt"
     assert mode(path) == 0o600
     assert [mode(f) for f in (folder, folder.parent, folder.parent.parent)] == [0o700] * 3
-    assert torch.equal(DiskVersions(folder).read("scaffold-c", 2)["c"], state["c"])
+    assert torch.equal(DiskVersions(folder, "0" * 32, 3).read("scaffold-c", 2)["c"], state["c"])
 
 
 def test_a_checkpoint_has_the_usual_mode(tmp_path):

@@ -81,28 +81,36 @@ def client_context(run_config: dict) -> Context:
                    state=RecordDict(), run_config=run_config)
 
 
+@pytest.fixture
+def no_data_loading(monkeypatch):
+    """The ClientApp's data loader fails the test if called: what is refused "at once" is
+    refused before any data is loaded (a check on what happens, not on how long it took)."""
+    import client_app.app
+
+    def loaded(*args, **kwargs):
+        raise AssertionError("the ClientApp loaded its data before refusing the message")
+
+    monkeypatch.setattr(client_app.app, "load_prepared_partition", loaded)
+
+
 @pytest.mark.parametrize("key,value", [("lr", float("nan")), ("lr", -0.1),
                                        ("server-round", -1), ("server-round", 10**12)])
-def test_the_client_app_refuses_a_bad_broadcast_at_once(key, value):
+def test_the_client_app_refuses_a_bad_broadcast_at_once(key, value, no_data_loading):
     from client_app.app import train
 
-    t = time.monotonic()
     with pytest.raises(ValueError, match=f"refused the server's train config: .*'{key}'"):
         train(train_message(**{key: value}), client_context({}))
-    assert time.monotonic() - t < 5
 
 
 @pytest.mark.parametrize("key,value", [("batch-size", -4), ("local-epochs", 10**9),
                                        ("local-iterations", 10**12)])
-def test_the_client_app_refuses_bad_local_settings_at_once(key, value):
+def test_the_client_app_refuses_bad_local_settings_at_once(key, value, no_data_loading):
     """A run config that would make the local loop run for ever (or never) fails the message at
     once, naming the key, before any data is loaded."""
     from client_app.app import train
 
-    t = time.monotonic()
     with pytest.raises(ConfigError, match=f"'{key}'"):
         train(train_message(), client_context({key: value}))
-    assert time.monotonic() - t < 5
 
 
 def test_a_killed_cache_write_leaves_no_tmp_file(tmp_path):
@@ -211,3 +219,172 @@ def test_bad_node_reports_are_refused_and_the_run_goes_on(caplog):
     assert "num-partitions = 30000000 is outside [1, 1000000]" in text
     theta = result.arrays.to_torch_state_dict()
     assert all(torch.isfinite(v).all() for v in theta.values())
+
+
+# --- a server state that is no longer finite stops the run as failed -------------------------
+def test_absurd_dp_values_are_refused_by_the_config_check():
+    from run_config.check import main as check_main
+
+    for key in ("dp-noise-multiplier", "dp-clipping-norm"):
+        with pytest.raises(ConfigError, match=f"'{key}' = 1e\\+308: out of range; allowed: "
+                           r"float in \[0, 1000\]"):
+            resolve({"dp-noise-multiplier": 1e308, "dp-clipping-norm": 1e308, key: 1e308,
+                     **({"dp-noise-multiplier": 1.0} if key == "dp-clipping-norm" else
+                        {"dp-clipping-norm": 1.0})})
+    assert check_main(["-q", "-c", "dp-noise-multiplier=1e308 dp-clipping-norm=1e308"]) == 1
+    top = resolve({"dp-noise-multiplier": 1e3, "dp-clipping-norm": 1e3})
+    assert top["dp-noise-multiplier"] * top["dp-clipping-norm"] == 1e6  # std <= 1e6 / replies
+
+
+def test_an_overflowing_server_update_stops_the_strategy_naming_the_state():
+    """Real float32 overflow: finite updates of 1e10 (norms well inside float32) times a server
+    step of 1e30 make m and theta Inf in round 1; the influence limits are off."""
+    from strategies.state_check import ServerStateNotFinite
+
+    def handler(i, msg):
+        phi = msg.content["arrays"].to_torch_state_dict()
+        return reply({k: v + 1e10 for k, v in phi.items()}, 10)
+
+    strategy = LookaheadFedAvg(lam=0.5, eta=1e30, fraction_train=1.0, min_train_nodes=2,
+                               fraction_evaluate=0.0, update_norm_ratio=0.0,
+                               num_examples_ratio=0.0)
+    with pytest.raises(ServerStateNotFinite, match=r"not finite after the update of round 1: "
+                       r"NaN or Inf in 'theta' \(conv, fc.weight, fc.bias\); 'm' \(conv"):
+        strategy.start(grid=FakeGrid(2, handler), initial_arrays=ArrayRecord(random_state(1)),
+                       num_rounds=3)
+
+
+def test_nonfinite_parts_names_every_tensor_and_reads_nested_state():
+    import numpy as np
+
+    from strategies.state_check import check_server_state, nonfinite_parts
+
+    ok = torch.ones(3)
+    state = {"theta": {"a": ok, "b": torch.tensor([1.0, float("nan")])}, "m": {"a": ok},
+             "fedvarp": {"y": torch.tensor([float("inf")]), "clients": [1, 2]},
+             "m_t": {"w": np.array([np.inf])}, "count": torch.tensor([3])}
+    assert nonfinite_parts(state) == {"theta": ["b"], "fedvarp": ["y"], "m_t": ["w"]}
+    check_server_state({"theta": {"a": ok}, "count": torch.tensor([3])}, "now")  # finite: quiet
+    with pytest.raises(RuntimeError, match="lower them; the server step eta = 1.0"):
+        check_server_state(state, "now", {"dp-noise-multiplier": 1.0, "dp-clipping-norm": 2.0,
+                                          "eta": 1.0})
+
+
+@pytest.mark.parametrize("method,poisoned", [("fedacg", "m"), ("scaffold", "scaffold-c")])
+def test_a_run_whose_server_state_becomes_nonfinite_fails_and_keeps_its_finite_results(
+        tmp_path, monkeypatch, method, poisoned):
+    """A server update that overflows in round 2 (simulated: the rule's own state is set to Inf
+    after its real update; theta stays finite, so only the state check can see it): the run
+    stops as failed, saying the round, the state and what to change; results.json keeps rounds
+    0-1, no final model is written, the checkpoint of round 1 stays."""
+    import json
+
+    import methods
+    from inprocess import run_in_process
+    from strategies.state_check import ServerStateNotFinite
+
+    rule_class = methods.SERVER_RULES[resolve({"method": method})["server-rule"]]
+    real = rule_class.aggregate
+
+    def overflowing(self, server_round, good, phi, up):
+        out = real(self, server_round, good, phi, up)
+        if server_round == 2:
+            state = self.m if poisoned == "m" else self.c
+            next(iter(state.values())).fill_(float("inf"))
+        return out
+
+    monkeypatch.setattr(rule_class, "aggregate", overflowing)
+    rc = {"method": method, "model": "mlp", "num-server-rounds": 4, "local-iterations": 1,
+          "checkpoint-every": 1, "run-name": "r", "out-dir": str(tmp_path)}
+    with pytest.raises(ServerStateNotFinite, match=f"after the update of round 2: NaN or Inf in "
+                       f"'{poisoned}' .* the server step eta = "):
+        run_in_process(rc, 4)
+    run_dir = tmp_path / "r"
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["status"] == "failed" and results["summary"]["complete"] is False
+    assert f"after the update of round 2: NaN or Inf in '{poisoned}'" in results["error"]
+    assert [r["round"] for r in results["rounds"]] == [0, 1]
+    assert not (run_dir / "final_model.pt").exists()
+    ckpt = load_checkpoint(run_dir / "checkpoint.pt")
+    assert ckpt["round"] == 1
+    assert all(torch.isfinite(v).all() for part in ("theta", poisoned)
+               for v in ckpt["strategy"][part].values())
+
+
+def test_resuming_a_checkpoint_whose_state_is_not_finite_stops_at_once():
+    """A checkpoint written before the check (the 1e308 DP run wrote one with theta NaN)."""
+    from strategies.state_check import ServerStateNotFinite
+
+    state = random_state(3)
+    broken = {**state, "fc.bias": torch.full((5,), float("nan"))}
+    strategy = LookaheadFedAvg(fraction_train=1.0, min_train_nodes=2, fraction_evaluate=0.0)
+    strategy.load_state_dict({"theta": broken, "m": state, "phi": state,
+                              "sampling-rng": strategy.nodes.state_dict()["sampling-rng"]})
+    sent = []
+    with pytest.raises(ServerStateNotFinite, match=r"in the checkpoint of round 4: NaN or Inf "
+                       r"in 'theta' \(fc.bias\)"):
+        strategy.start(grid=FakeGrid(2, lambda i, msg: sent.append(i)),
+                       initial_arrays=ArrayRecord(state), num_rounds=6, first_round=5)
+    assert not sent  # nothing was broadcast
+
+
+# --- run-name and out-dir: refused by the check where it can tell, else at the run's start ---
+@pytest.mark.parametrize("changes,match", [
+    ({"run-name": "x" * 300}, r"'run-name' is 300 bytes long .*at most 255 bytes"),
+    ({"run-name": "é" * 128}, r"'run-name' is 256 bytes long"),
+    ({"run-name": "a\x00b"}, r"'run-name' = 'a\\x00b' must be a plain folder name .*NUL"),
+    ({"run-name": "a\nb"}, "'run-name' = 'a\\\\nb' must be a plain folder name"),
+    ({"out-dir": "/tmp/a\x00b"}, r"'out-dir' = '/tmp/a\\x00b' holds a control character"),
+])
+def test_run_names_and_out_dirs_no_folder_can_have_are_refused_by_the_check(changes, match):
+    from run_config.check import main as check_main
+
+    with pytest.raises(ConfigError, match=match):
+        resolve(changes)
+    key, value = next(iter(changes.items()))
+    toml_value = value.replace("\x00", "\\u0000").replace("\n", "\\n")
+    assert check_main(["-q", "-c", f'{key}="{toml_value}"']) == 1
+    assert resolve({"run-name": "x" * 255})["run-name"] == "x" * 255
+
+
+def test_an_out_dir_or_run_folder_that_cannot_be_made_is_an_error_naming_the_key(tmp_path):
+    from inprocess import run_in_process
+
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a folder")
+    cases = [({"out-dir": str(a_file)}, f"'out-dir' = '{a_file}': cannot make the folder "
+              f"{a_file}: a file of that name is in the way. Choose another out-dir"),
+             ({"out-dir": str(a_file / "runs")}, f"'out-dir' = '{a_file / 'runs'}': cannot make "
+              "the folder .*: Not a directory"),
+             ({"out-dir": str(tmp_path), "run-name": "a-file"}, "'run-name' = 'a-file': cannot "
+              "make the folder .*a file of that name is in the way")]
+    for changes, match in cases:
+        with pytest.raises(ConfigError, match=match):
+            run_in_process({"num-server-rounds": 1, **changes}, 2)
+    assert a_file.read_text() == "not a folder"
+
+
+def test_resuming_with_another_run_name_is_refused_and_an_empty_one_keeps_the_runs_own(
+        tmp_path):
+    """The resumed run goes on in its own folder: a run-name other than its own would be
+    written into that folder's config.json and results.json (mislabelled)."""
+    import json
+
+    from inprocess import run_in_process
+
+    rc = {"model": "mlp", "num-server-rounds": 1, "local-iterations": 1, "checkpoint-every": 1,
+          "out-dir": str(tmp_path), "run-name": "exp1"}
+    run_in_process(rc, 2)
+    run_dir = tmp_path / "exp1"
+    before = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.suffix == ".json"}
+    more = {"num-server-rounds": 2, "resume": str(run_dir)}
+    with pytest.raises(ConfigError, match=rf"'run-name' = 'exp2': resume = '{run_dir}' continues "
+                       rf"the run in {run_dir} \(run-name 'exp1'\).*Drop run-name"):
+        run_in_process({**rc, **more, "run-name": "exp2"}, 2)
+    assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.suffix == ".json"} == before
+    run_in_process({**rc, **more, "run-name": ""}, 2)
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["status"] == "complete" and len(results["rounds"]) == 3
+    assert results["config"]["run-name"] == "exp1"
+    assert json.loads((run_dir / "config.json").read_text())["run-name"] == "exp1"
+    assert load_checkpoint(run_dir / "checkpoint.pt")["config"]["run-name"] == "exp1"

@@ -130,6 +130,20 @@ def test_a_conflicting_config_is_refused(tmp_path, reference):
         "out-dir": str(tmp_path / "elsewhere")})
 
 
+def test_fedacg_s_fedadam_resumes_bitwise(tmp_path):
+    """fedadam-fedacg (FedACG's code's FedAdam) checkpoints m and v, unlike Flower's FedAdam."""
+    adam = {"method": "fedadam-fedacg", "num-server-rounds": 3, "checkpoint-every": 2,
+            "fraction-evaluate": 0.0}
+    run(tmp_path / "a", list(range(8)), **adam)
+    crashed = run(tmp_path / "b", list(range(8)), crash_round=3, **adam)
+    assert crashed.crashed
+    run(tmp_path / "b", list(range(50, 58)), resume="latest", **adam)
+    ends = [load_checkpoint(tmp_path / d / "run" / "checkpoint.pt")["strategy"] for d in "ab"]
+    for part in ("theta", "m", "v"):
+        assert all(torch.equal(ends[0][part][k], ends[1][part][k]) for k in ends[0][part]), part
+    assert max(t.abs().max() for t in ends[0]["m"].values()) > 0
+
+
 def test_resume_is_refused_for_flower_strategies_and_without_a_checkpoint(tmp_path):
     with pytest.raises(ConfigError, match="'resume' cannot be combined with method 'fedadam'"):
         resolve({"method": "fedadam", "resume": "latest"})

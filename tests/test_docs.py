@@ -159,3 +159,25 @@ def test_no_python_file_cites_the_old_contract():
     hits = [f"{p.relative_to(ROOT)}:{n}" for p in files
             for n, line in enumerate(p.read_text(errors="replace").splitlines(), 1) if word in line]
     assert not hits, "cite docs/algorithms.md#<section> instead: " + ", ".join(hits)
+
+
+def test_the_fidelity_tables_cover_every_setup_and_every_element():
+    """docs/setups.md#fidelity: every shipped set-up falls under one paper's table, and each code
+    that was read has a row for every element the issue of the set-ups names."""
+    import fnmatch
+    import re
+
+    from run_config.fidelity import FIDELITY
+    from run_config.setups import setup_names
+
+    patterns = [re.findall(r"`([^`]+)`", setups) for _, setups, _, _ in FIDELITY]
+    for name in setup_names():
+        covering = [i for i, pats in enumerate(patterns)
+                    if any(fnmatch.fnmatch(name, p) for p in pats)]
+        assert len(covering) == 1, (name, covering)
+    elements = ("split", "padding", "model", "initialisation", "optimizer", "lr schedule",
+                "precision", "local steps", "client weights", "server optimizer", "method knobs")
+    for title, _, code, rows in FIDELITY:
+        if "FedACG, Tables 1" in title or "GC-Fed" in title:
+            assert {e for e, *_ in rows} >= set(elements), title
+    assert "## Fidelity" in (ROOT / "docs" / "setups.md").read_text()

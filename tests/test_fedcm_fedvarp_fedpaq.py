@@ -63,6 +63,24 @@ def test_quantizer_fine_levels_and_zero():
     assert nu == 0 and (dequantize(levels, nu, 8) == 0).all()
 
 
+def test_quantizer_rounding_stream_ignores_the_default_dtype():
+    """The rounding noise is drawn in float32 whatever torch's default dtype: the levels are
+    those of float32 uniforms from the same generator (u_j < r_j - floor(r_j) rounds up)."""
+    x = torch.randn(257, generator=torch.Generator().manual_seed(3))
+    s = 8
+    r = s * x.abs() / x.norm()
+    u = torch.rand(257, generator=torch.Generator().manual_seed(4), dtype=torch.float32)
+    expected = torch.sign(x).long() * (r.floor() + (u < r - r.floor()).float()).long()
+    old = torch.get_default_dtype()
+    try:
+        for dtype in (torch.float32, torch.float64):
+            torch.set_default_dtype(dtype)
+            levels, _ = quantize(x, s, torch.Generator().manual_seed(4))
+            assert torch.equal(levels, expected), dtype
+    finally:
+        torch.set_default_dtype(old)
+
+
 @pytest.mark.parametrize("bits", [1, 2, 3, 8, 9])
 def test_codes_pack_to_b_plus_1_bits_and_back(bits):
     s = 2 ** (bits - 1)

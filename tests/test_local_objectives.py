@@ -45,7 +45,7 @@ def _input(name: str, n: int = 5):
 
 def _manual_penultimate(name: str, m: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """The input of each model's last linear layer, written out from its forward."""
-    if name == "mlp":
+    if name in ("mlp", "mlp-gcfed"):
         return m.act(m.fc2(m.act(m.fc1(x.flatten(1)))))
     if name in ("cnn", "femnist-cnn"):
         h = m.pool(m.act(m.conv2(m.pool(m.act(m.conv1(x))))))
@@ -56,6 +56,10 @@ def _manual_penultimate(name: str, m: nn.Module, x: torch.Tensor) -> torch.Tenso
     if name == "vgg11":
         h = m.pool(m.features(x)).flatten(1)
         return m.classifier[3](m.classifier[2](m.classifier[1](m.classifier[0](h))))
+    if name == "vgg11-gcfed":  # (in eval mode: the dropout layers pass their input through)
+        h = m.avgpool(m.features(x)).flatten(1)
+        return m.classifier[5](m.classifier[4](m.classifier[3](
+            m.classifier[2](m.classifier[1](m.classifier[0](h))))))
     if name == "celeba-cnn":
         return m.features(x).flatten(1)
     if name == "char-lstm":
@@ -67,6 +71,8 @@ def _manual_penultimate(name: str, m: nn.Module, x: torch.Tensor) -> torch.Tenso
 def test_penultimate_features_of_every_model(name):
     shape, x = _input(name)
     model = build_model(name, shape, 10 if name != "char-lstm" else 80, seed=0)
+    if name == "vgg11-gcfed":
+        model.eval()  # dropout off, so that every pass below computes the same features
     tap = FeatureTap(model)
     logits = model(x)
     z = tap.features
@@ -493,10 +499,13 @@ def test_paper_rows_resolve_to_our_presets():
             cfg = resolve({"setup": name, "method": row})
             if name.startswith("gcfed"):  # GC-Fed's tables ran GC-Fed's code
                 assert row.endswith("-gcfed") and cfg["aggregation"] == "uniform", (name, row)
-            else:  # FedACG's Table 1 ran FedACG's code
-                assert row in ("moon", "fedlc", "fedntd", "feddecorr"), (name, row)
+            else:  # FedACG's Table 1 ran FedACG's code, which averages uniformly (moon: not
+                assert row in ("moon", "fedlc-fedacg", "fedntd-fedacg", "feddecorr-fedacg"), \
+                    (name, row)  # in FedACG's code)
                 assert (cfg["lc-tau"], cfg["ntd-beta"], cfg["decorr-beta"]) == (1.0, 0.3, 0.01)
-    assert {r for p, r in seen if p == "fedacg"} == {"moon", "fedlc", "fedntd", "feddecorr"}
+                assert cfg["aggregation"] == ("examples" if row == "moon" else "uniform")
+    assert {r for p, r in seen if p == "fedacg"} == {"moon", "fedlc-fedacg", "fedntd-fedacg",
+                                                     "feddecorr-fedacg"}
     assert {r for p, r in seen if p == "gcfed"} == {"fedlc-gcfed", "fedntd-gcfed",
                                                    "feddecorr-gcfed"}
 
@@ -511,7 +520,7 @@ def test_table7_sweeps_are_the_papers_grid(name, cells):
         pytest.skip("FedSOL (the fifth objective) is not registered on this branch")
     sweep = load_sweep(Path(__file__).resolve().parents[1] / "sweeps" / f"{name}.yaml")
     assert len(sweep.cells) == cells
-    objectives = {"FedProx": "fedprox", "FedLC": "fedlc-gcfed", "FedNTD": "fedntd-gcfed",
+    objectives = {"FedProx": "fedprox-gcfed", "FedLC": "fedlc-gcfed", "FedNTD": "fedntd-gcfed",
                   "FedDecorr": "feddecorr-gcfed", "FedSOL": "fedsol"}
     for row, method in objectives.items():
         for suffix, gc in (("", ("preset", "preset")), (" (with Global GC)", ("preset", "all")),

@@ -61,13 +61,16 @@ def test_teacher_is_phi_frozen_and_made_once(probe):
 
 
 def test_client_state_is_kept_per_partition():
-    state = RecordDict()
+    state, like = RecordDict(), {"w": torch.zeros(2)}
     a, b = LocalContext(state=state, partition_id=3), LocalContext(state=state, partition_id=4)
-    assert a.load_state("c") is None
+    assert a.load_state("c", like=like) is None
     a.save_state("c", {"w": torch.ones(2)})
-    assert b.load_state("c") is None
-    assert torch.equal(LocalContext(state=state, partition_id=3).load_state("c")["w"],
+    assert b.load_state("c", like=like) is None
+    assert torch.equal(LocalContext(state=state, partition_id=3).load_state("c", like=like)["w"],
                        torch.ones(2))
+    with pytest.raises(ValueError, match=r"client state 'c' in the node's Context.state holds "
+                       r"'w' as \(2,\) torch.float32, its part declares \(3,\) torch.float32"):
+        a.load_state("c", like={"w": torch.zeros(3)})
 
 
 def test_the_apps_find_the_uplink_codec_the_config_switches_on():

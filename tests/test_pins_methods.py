@@ -2,6 +2,7 @@
 by hand here from that section and the papers it cites."""
 
 import pytest
+import torch
 
 from run_config import resolve
 
@@ -26,6 +27,14 @@ EXPECTED = {
     "fedadam": {**FEDAVG, "eta": 0.01, "server-rule": "fedadam"},
     "fedyogi": {**FEDAVG, "eta": 0.01, "server-rule": "fedyogi"},
     "fedadagrad": {**FEDAVG, "eta": 0.01, "server-rule": "fedadagrad"},
+    # the variants of the papers' codes (docs/setups.md#fidelity)
+    "fedavg-gcfed": {**FEDAVG, "aggregation": "uniform"},
+    "fedprox-gcfed": {**FEDAVG, "beta": 0.1, "aggregation": "uniform",
+                      "client-objective": "proximal"},
+    "fedacg-gcfed": {**FEDAVG, "lookahead": True, "lam": 0.85, "beta": 0.002,
+                     "aggregation": "uniform", "client-objective": "proximal"},
+    "fedadam-fedacg": {**FEDAVG, "eta": 0.01, "aggregation": "uniform",
+                       "server-rule": "fedadam-fedacg"},
 }
 
 
@@ -156,3 +165,125 @@ def test_a_part_says_which_hooks_it_overrides():
 
     assert LossOnly.has("loss")
     assert not any(LossOnly.has(h) for h in ("begin", "correct_grad_", "end"))
+
+
+def test_fedacg_code_variants_average_uniformly_and_the_plain_names_by_examples():
+    """FedACG's code averages the sampled clients uniformly (servers/base.py, sum / C)."""
+    for name in ("fedlc-fedacg", "fedntd-fedacg", "feddecorr-fedacg", "feddyn-fedacg",
+                 "fedadam-fedacg"):
+        assert resolve({"method": name})["aggregation"] == "uniform", name
+    for name in ("fedlc", "fedntd", "feddecorr", "fedavg", "fedprox"):
+        assert resolve({"method": name})["aggregation"] == "examples", name
+    assert resolve({"method": "fedadam-fedacg"})["fedopt-tau"] == 1e-3  # FedACG's tau
+
+
+# --- FedAdam as FedACG's code runs it (docs/algorithms.md#fedadam-in-fedacgs-code) ------------
+
+
+def test_fedacg_adam_step_by_hand():
+    """Two steps on one scalar, b1 = 0.9, b2 = 0.99, tau = 0.1, eta = 0.5, v_0 = tau^2:
+    round 1, d = 0.3: m = 0.03, v = 0.99 * 0.01 + 0.01 * 0.09 = 0.0108,
+    theta = 1 + 0.5 * 0.03 / (sqrt(0.0108) + 0.1); round 2, d = -0.2 likewise."""
+    import math
+
+    from methods.fedadam import fedacg_adam_step_
+
+    theta = {"w": torch.tensor([1.0], dtype=torch.float64)}
+    m = {"w": torch.zeros(1, dtype=torch.float64)}
+    v = {"w": torch.full((1,), 0.1 ** 2, dtype=torch.float64)}
+    fedacg_adam_step_(theta, m, v, {"w": torch.tensor([0.3], dtype=torch.float64)}, 0.5, 0.1)
+    t1 = 1 + 0.5 * 0.03 / (math.sqrt(0.0108) + 0.1)
+    assert (m["w"].item(), v["w"].item()) == pytest.approx((0.03, 0.0108), abs=1e-15)
+    assert theta["w"].item() == pytest.approx(t1, abs=1e-15)
+    fedacg_adam_step_(theta, m, v, {"w": torch.tensor([-0.2], dtype=torch.float64)}, 0.5, 0.1)
+    m2, v2 = 0.9 * 0.03 + 0.1 * -0.2, 0.99 * 0.0108 + 0.01 * 0.04
+    assert theta["w"].item() == pytest.approx(t1 + 0.5 * m2 / (math.sqrt(v2) + 0.1), abs=1e-15)
+    # Flower's FedAdam differs: v_0 = 0 and eta * sqrt(1 - b2^(t+1)) / (1 - b1^(t+1)) (0.74 at t=1)
+    flower_t1 = 1 + 0.5 * math.sqrt(1 - 0.99 ** 2) / (1 - 0.9 ** 2) * 0.03 / (
+        math.sqrt(0.0009) + 0.1)
+    assert abs(flower_t1 - t1) > 1e-2
+
+
+def _adam_rule(overrides=None):
+    from methods import SERVER_RULES
+
+    cfg = resolve({"method": "fedadam-fedacg", **(overrides or {})})
+    return SERVER_RULES["fedadam-fedacg"](cfg, torch.nn.Linear(3, 2))
+
+
+def _adam_rounds(rule, rounds, seed=0):
+    """Run `rule` on random client models (3 per round, sizes 10, 20, 30)."""
+    gen = torch.Generator().manual_seed(seed)
+    for t in range(1, rounds + 1):
+        _, phi = rule.broadcast(t)
+        good = [(None, {k: v + torch.randn(v.shape, generator=gen) for k, v in phi.items()}, n)
+                for n in (10, 20, 30)]
+        arrays, skip = rule.aggregate(t, good, phi, [{}, {}, {}])
+        assert skip is None and arrays is not None
+
+
+def test_fedadam_fedacg_rule_against_a_plain_implementation():
+    """Three rounds through the server rule = FedACG's ServerAdam written out here in float64:
+    d = mean of the updates (uniform), m and v as the code, theta += eta m / (sqrt(v) + tau)."""
+    from flwr.app import ArrayRecord
+
+    torch.manual_seed(1)
+    init = {"w": torch.randn(2, 3), "b": torch.randn(2)}
+    rule = _adam_rule({"eta": 0.05})
+    rule.start(ArrayRecord(init))
+    gen = torch.Generator().manual_seed(0)
+    theta = {k: v.double() for k, v in init.items()}
+    m = {k: torch.zeros_like(v) for k, v in theta.items()}
+    v = {k: torch.full_like(t, 1e-6) for k, t in theta.items()}
+    for t in range(1, 4):
+        _, phi = rule.broadcast(t)
+        assert all(torch.equal(phi[k], rule.theta[k]) for k in phi)  # no look-ahead
+        models = [{k: x + torch.randn(x.shape, generator=gen) for k, x in phi.items()}
+                  for _ in range(3)]
+        rule.aggregate(t, [(None, w, n) for w, n in zip(models, (10, 20, 30))], phi, [{}] * 3)
+        for k in theta:
+            d = sum(w[k].double() for w in models) / 3 - theta[k]
+            m[k] = 0.9 * m[k] + 0.1 * d
+            v[k] = 0.99 * v[k] + 0.01 * d * d
+            theta[k] = theta[k] + 0.05 * m[k] / (v[k].sqrt() + 1e-3)
+    for k in theta:
+        torch.testing.assert_close(rule.theta[k].double(), theta[k], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(rule.v[k].double(), v[k], rtol=1e-4, atol=1e-9)
+
+
+def test_fedadam_fedacg_resumes_from_its_state_dict(tmp_path):
+    """m and v are plain tensors in the checkpoint: 2 rounds, save, load into a fresh rule, 2 more
+    = 4 rounds uninterrupted, bitwise."""
+    from flwr.app import ArrayRecord
+
+    init = {"w": torch.ones(2, 3), "b": torch.zeros(2)}
+    whole = _adam_rule()
+    whole.start(ArrayRecord(init))
+    _adam_rounds(whole, 2)
+    torch.save(whole.state_dict(), tmp_path / "state.pt")
+    state = torch.load(tmp_path / "state.pt", weights_only=True)  # plain tensors only
+    assert set(state) == {"theta", "m", "phi", "v"}
+    resumed = _adam_rule()
+    resumed.start(ArrayRecord(init))
+    resumed.load_state_dict(state)
+    for rule in (whole, resumed):
+        _adam_rounds(rule, 2, seed=5)
+    for part in ("theta", "m", "v"):
+        a, b = getattr(whole, part), getattr(resumed, part)
+        assert all(torch.equal(a[k], b[k]) for k in a), part
+    with pytest.raises(ValueError, match="lacks FedAdam's second moment 'v'"):
+        _adam_rule().load_state_dict({k: state[k] for k in ("theta", "m", "phi")})
+
+
+@pytest.mark.parametrize("overrides, words", [
+    ({"lookahead": True}, "'lookahead' = true cannot be combined with method 'fedadam-fedacg'"),
+    ({"global-gc": "all"}, "'global-gc' = 'all' cannot be combined"),
+    ({"lam": 0.5}, "'lam' = 0.5 is a knob of"),
+])
+def test_fedadam_fedacg_refuses_what_it_does_not_do(overrides, words):
+    from run_config import ConfigError
+
+    with pytest.raises(ConfigError, match=words):
+        resolve({"method": "fedadam-fedacg", **overrides})
+    assert resolve({"method": "fedadam-fedacg", "resume": "latest",
+                    "dynamic-replace-prob": 0.5})["server-rule"] == "fedadam-fedacg"

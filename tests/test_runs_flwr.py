@@ -7,7 +7,6 @@ import json
 import re
 import subprocess
 import sys
-from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -51,8 +50,11 @@ def test_console_is_one_line_per_round(superlink):  # noqa: F811
 
 
 def test_too_few_simulated_nodes_fail_at_once(superlink):  # noqa: F811
+    """With node-wait-timeout = 3600 s, a server that waited for nodes could not end the run
+    within flwr_run's 400 s: the run ends failed, so it did not wait (no wall-clock bound)."""
     env, home = superlink
-    out = flwr_run(env, f"min-train-nodes=5 out-dir='{home}/runs' run-name='few'", 3)
+    out = flwr_run(env, "min-train-nodes=5 node-wait-timeout=3600.0 "
+                   f"out-dir='{home}/runs' run-name='few'", 3)
     text = out.stdout + out.stderr
     # Flower's `flwr run` exits 0 for a failed run: the status command is what a script reads
     assert "Run failed: the simulated federation has 3 node(s), 5 needed" in text, text[-3000:]
@@ -60,10 +62,5 @@ def test_too_few_simulated_nodes_fail_at_once(superlink):  # noqa: F811
     run_dir = Path(home) / "runs" / "few"
     results = json.loads((run_dir / "results.json").read_text())
     assert results["status"] == "failed" and "num-supernodes" in results["error"]
-    # from round 0 (metrics.csv is last written then, just before round 1 samples) to the
-    # error: not node-wait-timeout (120 s)
-    round0 = (run_dir / "metrics.csv").stat().st_mtime
-    took = datetime.fromisoformat(results["ended-at"]).timestamp() - round0
-    assert took < 10, took
     checked = status(run_dir)
     assert checked.returncode == 1 and checked.stdout.startswith("failed"), checked

