@@ -237,3 +237,18 @@ def test_lr_set_by_the_strategy_decays_and_reaches_the_rules():
     strategy = Method("scaffold", min_train_nodes=2, fraction_evaluate=0.0)
     run(strategy, handler, init, nodes=2, rounds=1, train_config=ConfigRecord({"lr": 0.03}))
     assert strategy.rule.cfg["lr"] == 0.03 and configs[-1]["method.lr"] == 0.03
+
+
+def test_every_method_is_reachable_by_name_from_arrays_alone():
+    """Method(name) for every registered method builds its server rule from a model's arrays
+    (no run config, no model object), and tells the clients which method it is."""
+    import methods
+
+    arrays = ArrayRecord(build_model("cnn", (1, 8, 8), 10, seed=0).state_dict())
+    assert len(methods.method_names()) >= 30
+    for name in methods.method_names():
+        strategy = Method(name)
+        strategy._train_config = ConfigRecord({"lr": 0.05})
+        strategy._build(arrays)
+        assert strategy.rule.name == strategy.cfg["server-rule"], name
+        assert strategy.client_config["method.name"] == name
