@@ -88,6 +88,7 @@ def test_flwr_run_of_the_example_learns_offline(digits, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.long  # (in CI's -m "each_method or long"; the default run checks the diff applies)
 def test_the_fedavg_version_of_the_readme_runs(digits, tmp_path):
     """The FedAvg app the README's diff starts from is a working app (in this process's
     in-memory grid, 3 rounds): the diff is the whole way."""
