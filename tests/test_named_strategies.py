@@ -252,3 +252,16 @@ def test_every_method_is_reachable_by_name_from_arrays_alone():
         strategy._build(arrays)
         assert strategy.rule.name == strategy.cfg["server-rule"], name
         assert strategy.client_config["method.name"] == name
+
+
+def test_the_summary_names_the_method_and_after_start_its_rule(caplog):
+    import logging
+
+    strategy = FedACGGCFed(lam=0.5, min_train_nodes=2, fraction_evaluate=0.0)
+    with caplog.at_level(logging.INFO, logger="flwr"):
+        strategy.summary()  # before start: no rule yet
+        assert "FedACGGCFed: method 'fedacg+gcfed'" in caplog.text
+        assert "Server rule" not in caplog.text
+        init = random_state(0)
+        run(strategy, deltas(small_deltas(0, 2, init), [1, 1], []), init, rounds=1, nodes=2)
+    assert "Server rule: momentum: lookahead=True lam=0.5" in caplog.text
