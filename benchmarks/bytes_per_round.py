@@ -4,7 +4,7 @@
     python -m benchmarks.bytes_per_round --methods fedavg,fedcm --json out.json
 
 Each method runs two rounds of its preset on digits (4 clients, 2 per round, 2 local steps)
-through the real ServerApp and ClientApp in this process (`server_app.inprocess`); the byte meter
+through the real ServerApp and ClientApp in this process (`inprocess`); the byte meter
 of the ServerApp (`server_app.traffic`: the serialized arrays and their keys of every train
 instruction and reply) gives round 2's bytes down and up, divided by the clients of the round.
 `x` is that over one fp32 copy of the model as an ArrayRecord (1x). The methods are read from
@@ -37,7 +37,7 @@ RESNET18_METHODS = "fedavg,fedmlb,fedmlb+acg"
 def measure(method: str, folder: Path, extra: dict | None = None, rounds: int = 2,
             clients: int = CLIENTS) -> dict:
     """{'down', 'up'}: bytes per client of the last round of `method`'s preset."""
-    from server_app.inprocess import run_in_process
+    from inprocess import run_in_process
 
     rc = {"method": method, "dataset": "digits", "num-server-rounds": rounds,
           "local-iterations": 2, "fraction-train": 0.5, "out-dir": str(folder),

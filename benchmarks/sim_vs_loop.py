@@ -177,7 +177,7 @@ def aggregation_ms(device_note: str, n: int = 10) -> float:
     from flwr.supercore.task_identity import TaskIdentity
 
     from fakegrid import FakeGrid
-    from strategies import LookaheadFedAvg
+    from strategy_helpers import LookaheadFedAvg
 
     TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1
     model = build_model("resnet18", (3, 32, 32), 10, seed=0)

@@ -21,7 +21,7 @@ from feddata.augment import TrainTransform
 from feddata.disk_cache import cache_dir, load_prepared_partition
 from feddata.padding import pad_to_full_batches
 from feddata.specs import DATASET_BY_NAME
-from methods.fedpaq import uplink_quantizer
+from methods import uplink_codec
 from models import build_model
 from models.evaluation import evaluate as evaluate_model
 from models.wire import state_view
@@ -118,7 +118,8 @@ def train(msg: Message, context: Context) -> Message:
     ctx = LocalContext(down=down, state=context.state, server_round=server_round,
                        partition_id=pid, train_y=train_y, num_classes=data.num_classes,
                        num_partitions=num_partitions, store=store)
-    codec = uplink_quantizer(cfg)  # FedPAQ's uplink-bits (docs/baselines.md#fedpaq), else None
+    codec_class = uplink_codec(cfg)  # e.g. FedPAQ's quantization (uplink-bits > 0), else None
+    codec = codec_class(cfg) if codec_class else None
     parts = client.parts if codec is None else (codec, *client.parts)  # (its end() runs first)
     # torch's own generator (dropout: vgg11-gcfed) seeded per seed, round and partition too,
     # inside a fork so that nothing outside the local update sees it

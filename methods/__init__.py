@@ -8,10 +8,10 @@ from here; the strategy and the ClientApp build their parts from here and never 
 
 from __future__ import annotations
 
-from .parts import ClientPart, Config, Method, ServerRule
-from .registry import (BASE_PRESET, CLIENT_PARTS, METHODS, SERVER_RULES, check_parts,
-                       client_part_names, method_names, preset_of, register, server_rule_names,
-                       unregister, untested_combinations)
+from .parts import ClientPart, Config, Method, ServerRule, SettingError, UplinkCodec
+from .registry import (BASE_PRESET, CLIENT_PARTS, METHODS, SERVER_RULES, UPLINK_CODECS,
+                       check_parts, client_part_names, method_names, preset_of, register,
+                       server_rule_names, unregister, untested_combinations, uplink_codec)
 
 # The built-in methods (each module registers itself on import).
 from . import fedavg, fedprox, fedavgm, fedacg, fedagm  # noqa: E402,F401,I001
@@ -23,6 +23,6 @@ from . import moon, fedlc, fedntd, feddecorr  # noqa: E402,F401
 from . import fedcm, fedvarp, fedpaq  # noqa: E402,F401
 
 __all__ = ["BASE_PRESET", "CLIENT_PARTS", "ClientPart", "Config", "METHODS", "Method",
-           "SERVER_RULES", "ServerRule", "check_parts", "client_part_names", "method_names",
-           "preset_of", "register", "server_rule_names", "unregister",
-           "untested_combinations"]
+           "SERVER_RULES", "ServerRule", "SettingError", "UPLINK_CODECS", "UplinkCodec",
+           "check_parts", "client_part_names", "method_names", "preset_of", "register",
+           "server_rule_names", "unregister", "untested_combinations", "uplink_codec"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import momentum
-from .parts import ClientPart, Method
+from .parts import ClientPart, Method, SettingError
 from .registry import register
 
 DELTA = "fedcm-delta"  # the record of Delta in the train instruction
@@ -70,10 +70,8 @@ class FedCMRule(momentum.MomentumRule):
     def __init__(self, cfg, model) -> None:
         super().__init__(cfg, model)
         if self.lam != 0:
-            from run_config import ConfigError
-
-            raise ConfigError(f"run config 'lam' = {self.lam}: server-rule 'fedcm' has no server "
-                              "momentum (FedCM's momentum is Delta); set lam = 0")
+            raise SettingError(f"'lam' = {self.lam}: server-rule 'fedcm' has no server momentum "
+                               "(FedCM's momentum is Delta); set lam = 0")
         self.lr, self.lr_decay = float(cfg["lr"]), float(cfg["lr-decay"])
         self.delta = None
 

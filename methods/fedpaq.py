@@ -21,11 +21,9 @@ plain model. Presets: `fedpaq` (FedAvg + 8 bits) and `fedacg+fedpaq` (FedACG Tab
 
 from __future__ import annotations
 
-from typing import Any
-
 from . import momentum  # noqa: F401  (registers the server rule)
 from . import fedprox  # noqa: F401  (registers the proximal term)
-from .parts import ClientPart, Method
+from .parts import Method, UplinkCodec
 from .registry import register
 
 NORMS = "fedpaq.norms"  # the reply's array of per-tensor norms
@@ -110,12 +108,18 @@ def round_generator(seed: int, server_round: int, partition_id: int):
 
 
 # --- the client's side -----------------------------------------------------------------------
-class UplinkQuantizer(ClientPart):
-    """Put first among the local update's parts (not registered: uplink-bits adds it to any
-    method): `begin` keeps phi, `end` (before the method's own `end` hooks) replaces the model
-    by phi + Q(w_K - phi) and keeps the codes for the reply."""
+class UplinkQuantizer(UplinkCodec):
+    """The uplink codec uplink-bits > 0 switches on, for any method (put first among the local
+    update's parts): `begin` keeps phi, `end` (before the method's own `end` hooks) replaces the
+    model by phi + Q(w_K - phi) and keeps the codes for the reply; the server's `decoder`
+    rebuilds phi + Q(d_i)."""
 
-    name = "uplink-quantizer"
+    name = "fedpaq"
+    keys = ("uplink-bits", "uplink-tensors", "seed")
+
+    @classmethod
+    def on(cls, cfg: dict) -> bool:
+        return cfg.get("uplink-bits", 0) > 0
 
     def __init__(self, cfg: dict) -> None:
         super().__init__(cfg)
@@ -150,10 +154,6 @@ class UplinkQuantizer(ClientPart):
         out = {k: self.codes.get(k, v.detach().cpu()) for k, v in model.state_dict().items()}
         out[NORMS] = self.norms
         return ArrayRecord(out)
-
-
-def uplink_quantizer(cfg: dict) -> UplinkQuantizer | None:
-    return UplinkQuantizer(cfg) if cfg.get("uplink-bits", 0) > 0 else None
 
 
 # --- the server's side -----------------------------------------------------------------------
@@ -202,10 +202,8 @@ class UplinkDecoder:
                     msg.metadata.src_node_id, self.bits, err)
 
 
-def uplink_decoder(cfg: dict[str, Any]) -> UplinkDecoder | None:
-    return UplinkDecoder(cfg) if cfg.get("uplink-bits", 0) > 0 else None
-
-
+UplinkQuantizer.decoder = UplinkDecoder
+register(UplinkQuantizer)
 register(Method(
     "fedpaq", "Reisizadeh 2020 https://arxiv.org/abs/1909.13014 (FedAvg, uplink-bits 8)",
     "momentum", (),

@@ -17,7 +17,7 @@ import os
 import tempfile
 from typing import Any
 
-from .parts import Method, ServerRule
+from .parts import Method, ServerRule, SettingError
 from .registry import register
 
 WHY_NOT = "FedVARP has its own server rule; no paper adds it"
@@ -64,11 +64,9 @@ class FedVARPRule(ServerRule):
     def __init__(self, cfg, model) -> None:
         super().__init__(cfg, model)
         if cfg["aggregation"] != "uniform":
-            from run_config import ConfigError
-
-            raise ConfigError("run config 'aggregation' = 'examples': server-rule 'fedvarp' "
-                              "averages uniformly over the sampled clients (y is the plain mean "
-                              "of the N clients' updates); set aggregation = 'uniform'")
+            raise SettingError("'aggregation' = 'examples': server-rule 'fedvarp' averages "
+                               "uniformly over the sampled clients (y is the plain mean of the N "
+                               "clients' updates); set aggregation = 'uniform'")
         self.eta = float(cfg["eta"])
         self.limit_mb = float(cfg["fedvarp-memory-mb"])
         self.folder = cfg.get("out-dir") or "."

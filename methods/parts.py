@@ -11,6 +11,15 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 Config = dict[str, Any]  # a resolved run config (run_config.resolve)
+# The strategies of `strategies.named` send their method to the clients in each train
+# instruction's config as keys with this prefix: 'method.name', 'method.<run-config key>' for each
+# setting given, 'method.classifier' (read by `client_app.blocks.LocalMethod`).
+CONFIG_PREFIX = "method."
+
+
+class SettingError(ValueError):
+    """A part refuses a setting it was built with (e.g. FedCM with server momentum): the message
+    names the key and the fix. The run config's own checks raise `run_config.ConfigError`."""
 
 
 class ClientPart:
@@ -85,6 +94,30 @@ class ClientPart:
     @classmethod
     def has(cls, hook: str) -> bool:
         return getattr(cls, hook) is not getattr(ClientPart, hook)
+
+
+class UplinkCodec(ClientPart):
+    """How client models travel up when not as plain tensors (FedPAQ's quantization), for any
+    method: registered like the parts, switched on by the run config (`on`), found by the apps
+    through `methods.uplink_codec` (docs/extending.md#uplink-codecs).
+
+    Client side (this class): a client part put first, so that its `end` (which turns the model
+    into what the server will rebuild) runs before the method's own `end` hooks;
+    `reply_arrays(model)` is the reply's 'arrays' record.
+    Server side (`decoder(cfg)`): `decode_replies(replies, phi)` replaces each reply's 'arrays'
+    by the model it encodes, in place, before screening; a reply that does not decode is left
+    as it is (screening then drops it).
+    """
+
+    decoder: ClassVar[type]
+
+    @classmethod
+    def on(cls, cfg: Config) -> bool:
+        """Whether this run config switches the codec on."""
+        return False
+
+    def reply_arrays(self, model):
+        raise NotImplementedError
 
 
 class ServerRule:

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from .parts import ClientPart, Method, ServerRule
+from .parts import ClientPart, Method, ServerRule, UplinkCodec
 
 METHODS: dict[str, Method] = {}
 SERVER_RULES: dict[str, type[ServerRule]] = {}
 CLIENT_PARTS: dict[str, type[ClientPart]] = {}
+UPLINK_CODECS: dict[str, type[UplinkCodec]] = {}
 
 # The value of every preset-controlled key when a method does not set it: plain FedAvg
 # (docs/algorithms.md #presets).
@@ -27,18 +28,20 @@ class RegistryError(ValueError):
 
 
 def register(*items: Method | type[ServerRule] | type[ClientPart]) -> None:
-    """Register methods, server rules and client parts (a name may be registered once; the same
-    object again is a no-op, so a module may be imported twice)."""
+    """Register methods, server rules, client parts and uplink codecs (a name may be registered
+    once; the same object again is a no-op, so a module may be imported twice)."""
     for item in items:
         if isinstance(item, Method):
             table, name = METHODS, item.name
+        elif isinstance(item, type) and issubclass(item, UplinkCodec):
+            table, name = UPLINK_CODECS, item.name
         elif isinstance(item, type) and issubclass(item, ServerRule):
             table, name = SERVER_RULES, item.name
         elif isinstance(item, type) and issubclass(item, ClientPart):
             table, name = CLIENT_PARTS, item.name
         else:
-            raise RegistryError(f"cannot register {item!r}: not a Method, ServerRule or "
-                                "ClientPart")
+            raise RegistryError(f"cannot register {item!r}: not a Method, ServerRule, "
+                                "ClientPart or UplinkCodec")
         if not name or name in ("preset", "auto", "none") or "," in name:
             raise RegistryError(f"{item!r} needs a name other than '', 'preset', 'auto', 'none'")
         if table.get(name, item) is not item and table[name] != item:
@@ -54,7 +57,7 @@ def register(*items: Method | type[ServerRule] | type[ClientPart]) -> None:
 
 def unregister(*items: Method | type[ServerRule] | type[ClientPart]) -> None:
     """Remove registered items (tests that add a method for their own duration)."""
-    for table in (METHODS, SERVER_RULES, CLIENT_PARTS):
+    for table in (METHODS, SERVER_RULES, CLIENT_PARTS, UPLINK_CODECS):
         for name in [n for n, v in table.items() if any(v is i for i in items)]:
             del table[name]
 
@@ -76,6 +79,16 @@ def preset_of(name: str) -> dict[str, Any]:
     method = METHODS[name]
     return {**BASE_PRESET, **method.preset, "server-rule": method.server_rule,
             "client-objective": ",".join(method.client_parts) or "none"}
+
+
+def uplink_codec(cfg: dict[str, Any]) -> type[UplinkCodec] | None:
+    """The registered uplink codec this run config switches on (e.g. FedPAQ's with uplink-bits >
+    0), or None: the models travel up as plain tensors."""
+    found = [codec for codec in UPLINK_CODECS.values() if codec.on(cfg)]
+    if len(found) > 1:
+        raise RegistryError(f"the run config switches on {len(found)} uplink codecs "
+                            f"({', '.join(c.name for c in found)}): at most one can encode a reply")
+    return found[0] if found else None
 
 
 def parse_objective(value: str) -> tuple[str, ...]:

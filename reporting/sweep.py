@@ -10,7 +10,7 @@ Each cell is one `flwr run <app> <connection> --stream --run-config <cell.toml>
 loopback ports and stops at the end (also on an error or Ctrl-C), unless `connection` names one
 of your own (it must run on this machine: the sweep reads the run folders it writes).
 With `backend: in-process` (or `--in-process`) each cell instead runs the real ServerApp and
-ClientApp in this process through an in-memory grid (`server_app.inprocess`): same apps, same
+ClientApp in this process through an in-memory grid (`inprocess`): same apps, same
 maths, same run folder, no SuperLink, no Ray, no message serialization.
 A cell whose run folder holds a complete results.json made from the same cell description is
 skipped, so a stopped sweep resumes where it was. The sweep file format is in docs/results.md
@@ -328,10 +328,10 @@ class _EchoRounds(logging.Handler):
 
 
 def run_cell_in_process(cell: Cell, sweep: Sweep, echo: bool) -> bool:
-    """Run one cell in this process (`server_app.inprocess`); True when it left a complete
+    """Run one cell in this process (`inprocess`); True when it left a complete
     results.json. The ServerApp's log goes to the cell's in-process.log (and its round lines to
     the console with `echo`); the run-config.toml it writes also serves `flwr run`."""
-    from server_app.inprocess import run_in_process
+    from inprocess import run_in_process
 
     cell.run_dir.mkdir(parents=True, exist_ok=True)
     for stale in ("results.json", "sweep-cell.json"):

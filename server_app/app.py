@@ -19,13 +19,13 @@ from feddata import load_test_data, spec_of
 from feddata.summary import format_summary, partition_summary
 from models import build_model
 from run_config import load_setup, resolve
-from strategies import build_strategy
 
 from reporting.tracking import build_trackers
 
 from . import console
 from .checkpoint import (check_resumable, find_checkpoint, load_checkpoint, resumed_run_name,
                          save_checkpoint, set_rng_state)
+from .factory import build_strategy
 from .results import RunRecorder, make_run_dir, mark_failed, mark_running, write_json_atomic
 from .run_lock import hold_run_dir
 from .sim_poll import speed_up_message_poll

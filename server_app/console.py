@@ -10,10 +10,10 @@ line: Flower's round loop, Flower's strategies, ours.
 * Warnings a user cannot act on are dropped: FedAvg's "fraction_evaluate is set to 0.0" (that is
   the default here), and Ray's FutureWarning about accelerator variables (a `warnings` filter,
   installed on import: the ClientApp module is imported before Ray starts).
-* An error of ours (`ConfigError`, a checkpoint, data, node, client-state or non-finite server
-  state error: `is_ours`) is printed as one ERROR line naming the key and the fix
-  (`report_error`); the traceback Flower logs for the failed ServerApp is dropped for it. Any
-  other exception keeps its traceback.
+* An error of ours (`ConfigError`, a part's `SettingError`, a checkpoint, data, node,
+  client-state or non-finite server state error: `is_ours`) is printed as one ERROR line naming
+  the key and the fix (`report_error`); the traceback Flower logs for the failed ServerApp is
+  dropped for it. Any other exception keeps its traceback.
 
 Flower prints a few lines before the app is loaded (the federation banner, "default simulated
 SuperNodes changed from 10 to 2"): no app code can filter those.
@@ -83,6 +83,7 @@ def install(log_level: str = "info") -> ConsoleFilter:
 def is_ours(err: BaseException) -> bool:
     """Errors whose message names the problem and the fix: no traceback needed."""
     from feddata.sources import DataSourceError
+    from methods import SettingError
     from run_config import ConfigError, SetupError
     from strategies.client_state import ClientStateLost
     from strategies.nodes import NodeWaitTimeout
@@ -90,8 +91,9 @@ def is_ours(err: BaseException) -> bool:
 
     from .checkpoint import CheckpointError
 
-    return isinstance(err, (ConfigError, SetupError, CheckpointError, NodeWaitTimeout,
-                            DataSourceError, ServerStateNotFinite, ClientStateLost))
+    return isinstance(err, (ConfigError, SettingError, SetupError, CheckpointError,
+                            NodeWaitTimeout, DataSourceError, ServerStateNotFinite,
+                            ClientStateLost))
 
 
 def one_line(err: BaseException) -> str:

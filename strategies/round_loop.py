@@ -81,7 +81,8 @@ class MethodStrategy(RoundConfig, FedAvg):
         self.round_metrics_fn: Callable[[int, MetricRecord], None] | None = None
         # strategies.client_state.ClientStateRounds when a client part keeps per-client state
         self.client_state = client_state
-        # methods.fedpaq.UplinkDecoder with uplink-bits > 0: decodes the replies' models
+        # the decoder of the run's uplink codec (methods.uplink_codec), else None: decodes the
+        # replies' models
         self.uplink = uplink
 
     def summary(self) -> None:

@@ -73,8 +73,10 @@ TESTS: dict[str, list[str]] = {
         _PINS_APP, "tests/test_checkpoint.py",
         "tests/test_app.py::test_same_seed_samples_the_same_partitions_whatever_the_node_ids",
         "tests/test_extending.py"],  # a method's extra records, down and up
+    "strategies/named.py": ["tests/test_named_strategies.py", "tests/test_client_blocks.py"],
+    "client_app/blocks.py": ["tests/test_client_blocks.py"],
     "strategies/reply_screen.py": ["tests/test_pins_server.py", "tests/test_bad_replies.py"],
-    "strategies/factory.py": [
+    "server_app/factory.py": [
         "tests/test_pins_server.py", _PINS_APP, "tests/test_bad_replies.py",
         "tests/test_app.py::test_flower_baseline_and_federated_evaluation",
         "tests/test_app.py::test_same_seed_samples_the_same_partitions_whatever_the_node_ids",
@@ -90,7 +92,8 @@ TESTS: dict[str, list[str]] = {
                  "tests/test_config.py", "tests/test_extending.py", _PINS_APP],
     "client_app/": ["tests/test_pins_client.py", "tests/test_client.py", _PINS_APP],
     "models/centralization.py": ["tests/test_gc.py", "tests/test_pins_client.py",
-                                 "tests/test_pins_server.py", "tests/test_client.py", _PINS_APP],
+                                 "tests/test_pins_server.py", "tests/test_client.py",
+                                 "tests/test_named_strategies.py", _PINS_APP],
     "server_app/checkpoint.py": [
         f"{_PINS_APP}::test_a_checkpoint_lacking_one_part_is_refused",
         f"{_PINS_APP}::test_resume_restores_the_process_rng_states", "tests/test_checkpoint.py",

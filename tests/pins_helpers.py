@@ -14,8 +14,8 @@ from pathlib import Path
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 
-from server_app.inprocess import InProcessGrid as FakeGrid
-from server_app.inprocess import client_app_handler
+from inprocess import InProcessGrid as FakeGrid
+from inprocess import client_app_handler
 
 # --- the client's local update ---------------------------------------------------------------
 
@@ -81,7 +81,7 @@ def server_test_set(run_config: dict):
 def strategy_from_config(run_config: dict, model: torch.nn.Module | None = None):
     """The strategy the ServerApp builds for `run_config` (on `model`, default the server's).
     It asks the nodes for their partition-id once (answer with `partition_reply`)."""
-    from strategies import build_strategy
+    from server_app.factory import build_strategy
 
     model = model if model is not None else server_model(run_config)
     return build_strategy(resolved(run_config), model)
@@ -89,7 +89,7 @@ def strategy_from_config(run_config: dict, model: torch.nn.Module | None = None)
 
 def lookahead_strategy(**kwargs):
     """Our strategy class, built directly with keyword arguments."""
-    from strategies import LookaheadFedAvg
+    from strategy_helpers import LookaheadFedAvg
 
     kwargs.setdefault("fraction_evaluate", 0.0)
     return LookaheadFedAvg(**kwargs)

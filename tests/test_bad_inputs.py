@@ -20,8 +20,7 @@ from feddata.disk_cache import cache_file, cache_key, load_prepared_partition
 from feddata.population import ClientPopulation
 from run_config import ConfigError, resolve
 from server_app.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from strategies import LookaheadFedAvg
-from strategy_helpers import random_state, reply
+from strategy_helpers import LookaheadFedAvg, random_state, reply
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "deploy"))
@@ -281,7 +280,7 @@ def test_a_run_whose_server_state_becomes_nonfinite_fails_and_keeps_its_finite_r
     import json
 
     import methods
-    from server_app.inprocess import run_in_process
+    from inprocess import run_in_process
     from strategies.state_check import ServerStateNotFinite
 
     rule_class = methods.SERVER_RULES[resolve({"method": method})["server-rule"]]
@@ -349,7 +348,7 @@ def test_run_names_and_out_dirs_no_folder_can_have_are_refused_by_the_check(chan
 
 
 def test_an_out_dir_or_run_folder_that_cannot_be_made_is_an_error_naming_the_key(tmp_path):
-    from server_app.inprocess import run_in_process
+    from inprocess import run_in_process
 
     a_file = tmp_path / "a-file"
     a_file.write_text("not a folder")
@@ -371,7 +370,7 @@ def test_resuming_with_another_run_name_is_refused_and_an_empty_one_keeps_the_ru
     written into that folder's config.json and results.json (mislabelled)."""
     import json
 
-    from server_app.inprocess import run_in_process
+    from inprocess import run_in_process
 
     rc = {"model": "mlp", "num-server-rounds": 1, "local-iterations": 1, "checkpoint-every": 1,
           "out-dir": str(tmp_path), "run-name": "exp1"}

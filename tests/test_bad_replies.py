@@ -10,9 +10,8 @@ from flwr.app import ArrayRecord, Context, Error, Message, MetricRecord, RecordD
 
 import server_app.app as server
 from fakegrid import FakeGrid, client_app_handler
-from strategies import LookaheadFedAvg
 from strategies.reply_screen import BadUpdate, check_update, update_norm
-from strategy_helpers import random_state, reply
+from strategy_helpers import LookaheadFedAvg, random_state, reply
 
 SIZES = [10, 30, 25, 5]
 DELTAS = [{k: 0.1 * v for k, v in random_state(40 + i).items()} for i in range(4)]

@@ -334,6 +334,22 @@ def test_fedvarp_with_gc_is_an_untested_combination():
             resolved({"method": "fedvarp", **switch, "allow-untested-combinations": True})
 
 
+@pytest.mark.parametrize("method, setting, fix", [
+    ("fedcm", {"lam": 0.5}, "set lam = 0"),
+    ("fedvarp", {"aggregation": "examples"}, "set aggregation = 'uniform'"),
+])
+def test_a_rule_refuses_its_settings_with_an_error_of_ours(method, setting, fix):
+    """The rule's own check raises the methods' `SettingError` (methods import no run_config),
+    which the ServerApp prints as one line naming the key and the fix."""
+    from methods import SERVER_RULES, SettingError
+    from server_app.console import one_line
+
+    cfg = resolved({"method": method, **setting})
+    with pytest.raises(SettingError, match=fix) as err:
+        SERVER_RULES[cfg["server-rule"]](cfg, torch.nn.Linear(2, 2))
+    assert one_line(err.value).startswith(f"'{next(iter(setting))}' = ")
+
+
 def test_fedvarp_table_on_disk_and_resume_are_exact():
     in_memory, on_disk = fedvarp_rule(), fedvarp_rule(**{"fedvarp-memory-mb": 1e-6})
     for _ in zip(drive(in_memory, 3, 2, 4, seed=2), drive(on_disk, 3, 2, 4, seed=2)):

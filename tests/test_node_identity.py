@@ -15,7 +15,7 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
 from fakegrid import FakeGrid
-from strategies import LookaheadFedAvg
+from strategy_helpers import LookaheadFedAvg
 
 
 def grid_of(n: int, simulated: bool, shift: int = 0) -> FakeGrid:

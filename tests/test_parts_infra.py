@@ -71,3 +71,32 @@ def test_client_state_is_kept_per_partition():
     with pytest.raises(ValueError, match=r"client state 'c' in the node's Context.state holds "
                        r"'w' as \(2,\) torch.float32, its part declares \(3,\) torch.float32"):
         a.load_state("c", like={"w": torch.zeros(3)})
+
+
+def test_the_apps_find_the_uplink_codec_the_config_switches_on():
+    """FedPAQ's quantizer is a registered uplink codec: the apps ask the registry, by the run
+    config, and never import a method; two codecs on at once are refused."""
+    from methods.fedpaq import UplinkDecoder, UplinkQuantizer
+
+    assert methods.UPLINK_CODECS["fedpaq"] is UplinkQuantizer
+    cfg = resolve({"method": "fedpaq"})
+    assert methods.uplink_codec(cfg) is UplinkQuantizer
+    assert isinstance(UplinkQuantizer.decoder(cfg), UplinkDecoder)
+    assert methods.uplink_codec(resolve({"method": "fedavg"})) is None
+
+    class Other(methods.UplinkCodec):
+        name = "other-codec"
+
+        @classmethod
+        def on(cls, cfg):
+            return cfg["uplink-bits"] > 4
+
+    methods.register(Other)
+    try:
+        with pytest.raises(methods.registry.RegistryError, match="2 uplink codecs"):
+            methods.uplink_codec(cfg)
+        assert methods.uplink_codec(resolve({"method": "fedpaq", "uplink-bits": 2})) \
+            is UplinkQuantizer
+    finally:
+        methods.unregister(Other)
+    assert "other-codec" not in methods.UPLINK_CODECS

@@ -10,8 +10,7 @@ from flwr.serverapp.strategy import FedAvg, FedAvgM
 
 from fakegrid import FakeGrid
 from run_config import resolve
-from strategies import LookaheadFedAvg
-from strategy_helpers import deltas, fixed_models, random_state
+from strategy_helpers import LookaheadFedAvg, deltas, fixed_models, random_state
 
 SIZES = [10, 30, 25, 5]
 

@@ -1,4 +1,6 @@
-"""The real ServerApp and ClientApp in one process: messages go through an in-memory Grid.
+"""The real ServerApp and ClientApp in one process: messages go through an in-memory Grid (a
+third runtime, next to Flower's simulation and deployment; it calls both apps, so it lives in
+neither).
 
     run_in_process(run_config, num_nodes)   # one run, the same run folder as `flwr run` writes
 

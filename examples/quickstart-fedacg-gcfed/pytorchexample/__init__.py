@@ -1,0 +1,1 @@
+"""pytorchexample: Flower's quickstart-pytorch on digits, with FedACG and GC-Fed."""

@@ -1,0 +1,346 @@
+"""The methods as Flower strategies, for a ServerApp of your own (docs/own-app.md).
+
+    strategy = FedACG(fraction_train=0.1, lam=0.85, beta=0.01)
+    result = strategy.start(grid=grid, initial_arrays=ArrayRecord(model.state_dict()),
+                            train_config=ConfigRecord({"lr": 0.01}), num_rounds=100)
+
+Each class is the round loop (`round_loop.MethodStrategy`) around its method's server rule
+(`methods`), built like Flower's own strategies and from `initial_arrays` alone, for any
+PyTorch model: no run config, no model of this project. The clients' share of the method
+(FedACG's proximal term, GC-Fed's local GC, ...) travels in every train instruction's config as
+`method.*` keys, read in the client's own training loop by `client_app.blocks.LocalMethod`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Callable, Sequence
+from logging import INFO
+from typing import Any
+
+from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
+from flwr.common import log
+
+import methods
+from methods.registry import parse_objective
+from models.centralization import ModelLayout
+from run_config import ConfigError, resolve
+from run_config.schema import KEYS_BY_NAME
+from run_config.topics import TOPICS
+
+from .nodes import Nodes
+from .round_loop import MethodStrategy
+
+PREFIX = methods.parts.CONFIG_PREFIX  # the train config's keys that carry the method
+# The run-config keys a strategy takes as keyword arguments ('-' written '_'): the method's and
+# the baselines' knobs, the clients' learning rate, the screening of replies, the sampling seed.
+# The rest configure this project's app (data, model, outputs, the federation's size).
+_TOPICS = ("Method", "Baselines", "Reliability", "Robustness")
+SETTINGS = frozenset(
+    {key for title, _, keys in TOPICS if title in _TOPICS for key in keys}
+    - {"setup", "method", "round-timeout", "num-examples-check"}
+    | {"lr", "lr-decay", "local-momentum", "seed"})
+
+
+def _kw(key: str) -> str:
+    """A run-config key as a keyword argument."""
+    return key.replace("-", "_")
+
+
+class Method(MethodStrategy):
+    """Any method of this project as a Flower strategy, by name: `Method("scaffold")`,
+    `Method("fedprox", beta=0.1)`, `Method("fedacg", local_gc="all")`
+    (the methods: docs/baselines.md, `python -m run_config --methods`).
+
+    Parameters
+    ----------
+    method : str
+        The method's name, e.g. 'fedacg', 'gcfed', 'fedacg+gcfed', 'scaffold', 'moon'.
+    fraction_train, fraction_evaluate, min_train_nodes, min_evaluate_nodes,
+    min_available_nodes, weighted_by_key, arrayrecord_key, configrecord_key,
+    train_metrics_aggr_fn, evaluate_metrics_aggr_fn
+        As for Flower's `FedAvg`, with the same defaults.
+    classifier : str | Sequence[str] | None (default: None)
+        The model's classifier, for GC-Fed's local GC (only the layers before it, the
+        'features', get it): parameter names or module names (e.g. 'fc', or 'classifier' for
+        every parameter under it), which must be the model's last parameters. None: found from
+        `initial_arrays`' names, as the last weight (2-D or more) and its bias; a model that
+        ends otherwise is refused with an error that asks for it.
+    identify_nodes : bool (default: False)
+        Ask each node once for its `partition-id` / `num-partitions` (a query message, which
+        the ClientApp answers with `client_app.blocks.query_reply`): the server rules that
+        weigh by the number of clients N or keep a table per client (SCAFFOLD, FedDyn, FedDC,
+        FedVARP) need it.
+    **settings
+        The method's settings: the run-config keys of docs/configuration.md with '_' for '-'
+        (`lam`, `beta`, `local_gc`, `moon_mu`, `max_update_norm`, ...), with the same defaults
+        and ranges; the method's presets fill the ones not given. `lr` (and `lr_decay`): the
+        clients' learning rate, then sent in every train instruction as 'lr' (times
+        lr_decay^(t-1)); without it, the 'lr' of `start`'s `train_config` is the one the
+        server rules that use it (SCAFFOLD, FedCM, FedDC) read. The screening of replies is
+        the app's (docs/security.md), except `update_clip_ratio`, off (0) unless given.
+    """
+
+    def __init__(
+        self,
+        method: str,
+        *,
+        fraction_train: float = 1.0,
+        fraction_evaluate: float = 1.0,
+        min_train_nodes: int = 2,
+        min_evaluate_nodes: int = 2,
+        min_available_nodes: int = 2,
+        weighted_by_key: str = "num-examples",
+        arrayrecord_key: str = "arrays",
+        configrecord_key: str = "config",
+        train_metrics_aggr_fn: Callable[[list[RecordDict], str], MetricRecord] | None = None,
+        evaluate_metrics_aggr_fn: Callable[[list[RecordDict], str], MetricRecord] | None = None,
+        classifier: str | Sequence[str] | None = None,
+        identify_nodes: bool = False,
+        **settings: Any,
+    ) -> None:
+        name = f"Method({method!r})" if type(self) is Method else type(self).__name__
+        self.label = name  # for errors
+        if method not in methods.METHODS:
+            close = difflib.get_close_matches(method, methods.method_names(), n=1)
+            raise ValueError(f"{name}: unknown method {method!r}"
+                             + (f" (did you mean {close[0]!r}?)" if close else "")
+                             + f"; the methods: {', '.join(methods.method_names())}")
+        self.settings = {k.replace("_", "-"): v for k, v in settings.items()}
+        for key in self.settings:
+            if key not in SETTINGS:
+                close = difflib.get_close_matches(key, SETTINGS, n=1)
+                raise ValueError(
+                    f"{name}: {_kw(key)} is "
+                    + ("a setting of this project's app, not of a strategy" if key in
+                       KEYS_BY_NAME else "not a setting")
+                    + (f" (did you mean {_kw(close[0])}?)" if close else "")
+                    + f"; the settings: {', '.join(sorted(map(_kw, SETTINGS)))}")
+        # a part that runs on one of this project's models only (FedMLB) says which in `model`
+        objective = self.settings.get("client-objective", "preset")
+        names = (methods.METHODS[method].client_parts if objective == "preset"
+                 else parse_objective(objective))
+        for part in (methods.CLIENT_PARTS.get(n) for n in names):
+            if part is not None and part.models:
+                self.settings.setdefault("model", part.models[0])
+        try:
+            self.cfg = resolve({"method": method, **self.settings})
+        except ConfigError as err:
+            text = str(err).split(" Fix it in ")[0]
+            text = re.sub(r"run config '([a-z0-9-]+)'", lambda m: _kw(m.group(1)), text)
+            raise ValueError(f"{name}: {text} (the settings are the run-config keys of "
+                             "docs/configuration.md with '_' for '-')") from None
+        cfg = self.cfg
+        rule = methods.SERVER_RULES[cfg["server-rule"]]
+        codec = methods.uplink_codec(cfg)
+        super().__init__(
+            None, nodes=Nodes(seed=cfg["seed"], min_available_nodes=min_available_nodes,
+                              node_wait_timeout=cfg["node-wait-timeout"],
+                              identify_nodes=identify_nodes, sampling=rule.sampling),
+            lr=cfg["lr"], lr_decay=cfg["lr-decay"], min_train_clients=cfg["min-train-clients"],
+            max_update_norm=cfg["max-update-norm"], update_norm_ratio=cfg["update-norm-ratio"],
+            num_examples_ratio=cfg["num-examples-ratio"],
+            # off unless asked for: the clients of an app of one's own may take different
+            # numbers of local steps, and honest updates then differ in norm by more than 2x
+            update_clip_ratio=self.settings.get("update-clip-ratio", 0.0),
+            uplink=codec.decoder(cfg) if codec else None,
+            fraction_train=fraction_train, fraction_evaluate=fraction_evaluate,
+            min_train_nodes=min_train_nodes, min_evaluate_nodes=min_evaluate_nodes,
+            min_available_nodes=min_available_nodes, weighted_by_key=weighted_by_key,
+            arrayrecord_key=arrayrecord_key, configrecord_key=configrecord_key,
+            train_metrics_aggr_fn=train_metrics_aggr_fn,
+            evaluate_metrics_aggr_fn=evaluate_metrics_aggr_fn)
+        self.method = method
+        self.classifier = classifier
+        self.client_config: dict[str, Any] = {}  # the method.* keys of each train instruction
+        self._train_config: ConfigRecord | None = None
+        self._built_for: ArrayRecord | None = None
+
+    def summary(self) -> None:
+        log(INFO, "\t├──> %s: method '%s' %s", type(self).__name__, self.method, self.settings)
+        if self.rule is not None:
+            super().summary()
+
+    # --- built from the initial arrays ------------------------------------------------------
+    def start(self, grid, initial_arrays: ArrayRecord, num_rounds: int = 3,
+              timeout: float = 3600, train_config: ConfigRecord | None = None,
+              evaluate_config: ConfigRecord | None = None, evaluate_fn=None, **kwargs):
+        """Flower's `Strategy.start`: the server rule is built from `initial_arrays` first."""
+        self._train_config = train_config
+        self._build(initial_arrays)
+        return super().start(grid, initial_arrays, num_rounds, timeout, train_config,
+                             evaluate_config, evaluate_fn, **kwargs)
+
+    def _start_rule(self, arrays: ArrayRecord) -> None:
+        if arrays is not self._built_for:  # configure_train without start, or a new model
+            self._build(arrays)
+        super()._start_rule(arrays)
+
+    def _build(self, arrays: ArrayRecord) -> None:
+        """The server rule for these arrays' model, and what the clients are sent."""
+        name, cfg = self.label, dict(self.cfg)
+        given = dict(self._train_config or {})
+        taken = sorted(k for k in given if k.startswith(PREFIX))
+        if taken:
+            raise ValueError(f"{name}: train_config has {taken}: the '{PREFIX}' keys carry the "
+                             "method to the clients; rename them")
+        if "lr" in self.settings and "lr" in given and given["lr"] != self.lr:
+            raise ValueError(f"{name}: lr={self.lr} and train_config's 'lr' = {given['lr']}: give "
+                             "the clients' learning rate once")
+        lr_known = "lr" in self.settings or isinstance(given.get("lr"), (int, float))
+        if "lr" not in self.settings and lr_known:
+            cfg["lr"] = float(given["lr"])
+        elif not lr_known:
+            del cfg["lr"]  # a rule that reads it fails below, with the fix
+        layout = ModelLayout.from_arrays(arrays.to_torch_state_dict(), self.classifier)
+        try:
+            classifier = list(layout.classifier_names)
+        except ValueError as err:
+            local_gc_needs_it = cfg["local-gc"] == "features" and cfg["gc-borderline"] == \
+                "classifier"
+            if local_gc_needs_it or self.classifier is not None:
+                raise ValueError(f"{name}: {err}") from None
+            classifier = []  # not needed: a model that ends otherwise is fine
+        try:
+            self.rule = methods.SERVER_RULES[cfg["server-rule"]](cfg, layout)
+        except KeyError as err:
+            if err.args != ("lr",):
+                raise
+            raise ValueError(f"{name}: server-rule '{cfg['server-rule']}' needs the clients' "
+                             "learning rate: pass lr=... or start(..., train_config="
+                             "ConfigRecord({'lr': ...}))") from None
+        except ValueError as err:
+            raise ValueError(f"{name}: {err}") from None
+        sent = {**self.settings, **({"lr": cfg["lr"]} if lr_known else {})}
+        self.client_config = {PREFIX + "name": self.method,
+                              **{PREFIX + k: v for k, v in sent.items()}}
+        if classifier:
+            self.client_config[PREFIX + "classifier"] = classifier
+        self._built_for = arrays
+
+    def round_config(self, server_round: int, config: ConfigRecord) -> ConfigRecord:
+        """The train instruction's config: the given one, 'lr' when the strategy sets it, the
+        round, and the method for the clients (`method.*`)."""
+        out = ConfigRecord(dict(config))
+        if "lr" in self.settings:
+            out["lr"] = self.lr * self.lr_decay ** (server_round - 1)
+        out["server-round"] = server_round
+        for key, value in self.client_config.items():
+            out[key] = value
+        return out
+
+
+class FedACG(Method):
+    """FedACG: Federated learning with Accelerated Client Gradient.
+
+    Kim, Kim, Han. Communication-Efficient Federated Learning with Accelerated Client Gradient.
+    CVPR 2024, https://arxiv.org/abs/2201.03172 (Algorithm 1; docs/algorithms.md).
+
+    The server keeps a momentum m and broadcasts the look-ahead point phi = theta + lam * m;
+    each client minimizes CE + beta/2 * ||w - phi||^2 from phi (`client_app.blocks.LocalMethod`
+    adds the term's gradient); the server averages the clients' models weighted by their
+    examples, d = sum_i n_i/n * w_i - phi, then m = lam * m + d and theta = theta + m.
+
+    Parameters
+    ----------
+    lam : float (default: 0.85)
+        The server momentum lambda, also the look-ahead step; in [0, 1).
+    beta : float (default: 0.01)
+        The weight beta of the clients' proximal term; >= 0.
+    **kwargs
+        Flower's FedAvg keywords (`fraction_train`, `fraction_evaluate`, `min_train_nodes`,
+        `min_evaluate_nodes`, `min_available_nodes`, `weighted_by_key`, `arrayrecord_key`,
+        `configrecord_key`, `train_metrics_aggr_fn`, `evaluate_metrics_aggr_fn`) and further
+        settings, as for `Method` (e.g. `eta`, `local_gc`, `lr`, `max_update_norm`).
+    """
+
+    def __init__(self, *, lam: float = 0.85, beta: float = 0.01, **kwargs: Any) -> None:
+        super().__init__("fedacg", lam=lam, beta=beta, **kwargs)
+
+
+class FedAGM(Method):
+    """FedAGM: Federated learning with Acceleration of Global Momentum.
+
+    Kim, Kim, Han. Communication-Efficient Federated Learning with Acceleration of Global
+    Momentum, https://arxiv.org/abs/2201.03172v1 (Algorithm 2; docs/algorithms.md).
+
+    FedACG's round (look-ahead broadcast phi = theta + lam * m, proximal term beta/2 *
+    ||w - phi||^2) with a server step tau, m = lam * m + tau * d, and the clients' loss weight
+    alpha: alpha * CE + beta/2 * ||w - phi||^2. With tau = 1 and alpha = 1 it is FedACG.
+
+    Parameters
+    ----------
+    lam : float (default: 0.85)
+        The server momentum lambda, also the look-ahead step; in [0, 1).
+    beta : float (default: 0.01)
+        The weight beta of the clients' proximal term; >= 0.
+    tau : float (default: 1.0)
+        The server step tau on the averaged update.
+    alpha : float (default: 1.0)
+        The weight alpha of the clients' cross-entropy.
+    **kwargs
+        Flower's FedAvg keywords and further settings, as for `FedACG`.
+    """
+
+    def __init__(self, *, lam: float = 0.85, beta: float = 0.01, tau: float = 1.0,
+                 alpha: float = 1.0, **kwargs: Any) -> None:
+        super().__init__("fedagm", lam=lam, beta=beta, eta=tau, alpha=alpha, **kwargs)
+
+
+class GCFed(Method):
+    """GC-Fed: Gradient Centralized Federated Learning.
+
+    Seo, Catak, Rong, Hong, Kim. GC-Fed: Gradient Centralized Federated Learning with Partial
+    Client Participation. Information Fusion 2026, https://arxiv.org/abs/2503.13180
+    (Algorithm 1; docs/algorithms.md#gradient-centralization).
+
+    The clients centralize the gradients of the feature layers (the parameters before the
+    classifier) at every step, P(G)[c] = G[c] - mean(G[c]) per output unit (local GC,
+    `client_app.blocks.LocalMethod`); the server averages the updates uniformly and
+    centralizes the aggregated update of every layer (global GC) before applying it.
+
+    Parameters
+    ----------
+    classifier : str | Sequence[str] | None (default: None)
+        The model's classifier (no local GC on it): parameter or module names; None: the last
+        weight/bias pair of `initial_arrays` (see `Method`).
+    gc_vectors : str (default: 'center')
+        One-dimensional tensors (biases): 'center' subtracts their mean (GC-Fed's code),
+        'skip' leaves them alone.
+    **kwargs
+        Flower's FedAvg keywords and further settings, as for `FedACG`.
+    """
+
+    def __init__(self, *, classifier: str | Sequence[str] | None = None,
+                 gc_vectors: str = "center", **kwargs: Any) -> None:
+        super().__init__("gcfed", classifier=classifier, gc_vectors=gc_vectors, **kwargs)
+
+
+class FedACGGCFed(Method):
+    """FedACG and GC-Fed at once (this project's combination, docs/algorithms.md#presets).
+
+    FedACG's look-ahead broadcast, server momentum and proximal term
+    (https://arxiv.org/abs/2201.03172) with GC-Fed's local GC on the feature layers and
+    global GC on the aggregated update (https://arxiv.org/abs/2503.13180); the updates are
+    averaged by the clients' numbers of examples.
+
+    Parameters
+    ----------
+    lam : float (default: 0.85)
+        The server momentum lambda, also the look-ahead step; in [0, 1).
+    beta : float (default: 0.01)
+        The weight beta of the clients' proximal term; >= 0.
+    classifier : str | Sequence[str] | None (default: None)
+        The model's classifier (no local GC on it), as for `GCFed`.
+    gc_vectors : str (default: 'center')
+        GC of one-dimensional tensors, as for `GCFed`.
+    **kwargs
+        Flower's FedAvg keywords and further settings, as for `FedACG`.
+    """
+
+    def __init__(self, *, lam: float = 0.85, beta: float = 0.01,
+                 classifier: str | Sequence[str] | None = None, gc_vectors: str = "center",
+                 **kwargs: Any) -> None:
+        super().__init__("fedacg+gcfed", lam=lam, beta=beta, classifier=classifier,
+                         gc_vectors=gc_vectors, **kwargs)

@@ -1,0 +1,218 @@
+"""The client's share of a method in a training loop of one's own (client_app/blocks.py,
+docs/own-app.md), against hand computations and the app's own local update."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from torch import nn
+
+from client_app import LocalMethod, query_reply
+from client_app.local_update import LocalConfig, LocalContext, batches, local_update
+from client_app.objective import client_parts, local_gc_layers
+from fakegrid import FakeGrid
+from methods.fedpaq import UplinkQuantizer
+from models import build_model
+from run_config import resolve
+from strategies import FedACG, FedACGGCFed, GCFed, Method
+
+
+def instruction(strategy, model, lr=0.1, nodes=2) -> Message:
+    """The train instruction the strategy sends first (what a node receives)."""
+    arrays = ArrayRecord(model.state_dict())
+    strategy._train_config = ConfigRecord({"lr": lr})
+    return list(strategy.configure_train(1, arrays, ConfigRecord({"lr": lr}),
+                                         FakeGrid(nodes, None)))[0]
+
+
+def own_loop(msg, model, x, y, steps, lr, batch=4, context=None, **kw):
+    """A user's loop: plain SGD over fixed mini-batches, with the method's two calls."""
+    method = LocalMethod(msg, model, context, **kw)
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    for k in range(steps):
+        xb, yb = x[k * batch:(k + 1) * batch], y[k * batch:(k + 1) * batch]
+        opt.zero_grad()
+        method.backward(xb, yb)
+        method.before_step()
+        opt.step()
+    return method
+
+
+def data(n=8, d=3, classes=2, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(n, d, generator=g), torch.randint(0, classes, (n,), generator=g)
+
+
+def grads64(model, w, x, y):
+    """The CE gradient at weights w (name -> float64 tensor), computed apart in float64."""
+    params = {k: v.clone().requires_grad_(True) for k, v in w.items()}
+    logits = torch.func.functional_call(model.double(), params, (x.double(),))
+    model.float()
+    return dict(zip(params, torch.autograd.grad(F.cross_entropy(logits, y), list(params.values()))))
+
+
+def test_fedacg_proximal_term_two_steps_by_hand():
+    torch.manual_seed(0)
+    model, (x, y) = nn.Linear(3, 2), data()
+    phi = {k: v.detach().double().clone() for k, v in model.named_parameters()}
+    msg = instruction(FedACG(beta=0.5), model)
+    own_loop(msg, model, x, y, steps=2, lr=0.1)
+    # w1 = phi - lr g(phi);  w2 = w1 - lr (g(w1) + beta (w1 - phi))
+    g1 = grads64(nn.Linear(3, 2), phi, x[:4], y[:4])
+    w1 = {k: phi[k] - 0.1 * g1[k] for k in phi}
+    g2 = grads64(nn.Linear(3, 2), w1, x[4:], y[4:])
+    w2 = {k: w1[k] - 0.1 * (g2[k] + 0.5 * (w1[k] - phi[k])) for k in phi}
+    for k, v in model.named_parameters():
+        torch.testing.assert_close(v.detach().double(), w2[k], atol=1e-6, rtol=0)
+
+
+def test_gcfed_local_gc_centralizes_the_features_only():
+    torch.manual_seed(1)
+    model, (x, y) = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2)), data()
+    w0 = {k: v.detach().double().clone() for k, v in model.named_parameters()}
+    msg = instruction(GCFed(), model)
+    assert msg.content["config"]["method.classifier"] == ["2.weight", "2.bias"]
+    method = own_loop(msg, model, x, y, steps=1, lr=0.1)
+    assert [p is q for p, q in zip(method.local_gc, list(model.parameters())[:2])] == [True] * 2
+    g = grads64(nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2)), w0, x[:4], y[:4])
+    expected = {"0.weight": g["0.weight"] - g["0.weight"].mean(dim=1, keepdim=True),
+                "0.bias": g["0.bias"] - g["0.bias"].mean(),  # gc_vectors 'center'
+                "2.weight": g["2.weight"], "2.bias": g["2.bias"]}  # the classifier: no GC
+    for k, v in model.named_parameters():
+        torch.testing.assert_close(v.detach().double(), w0[k] - 0.1 * expected[k],
+                                   atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("method", ["fedacg+gcfed", "fedagm", "fedlc", "fedsol", "moon",
+                                    "fedntd", "fedacg+fedpaq"])
+def test_same_steps_as_the_apps_local_update(method):
+    """The app's local update and a user's loop with LocalMethod, on the same batches of the
+    project's CNN: the same weights and the same reply records (FedPAQ's: the same codes)."""
+    settings = {"alpha": 0.7} if method == "fedagm" else {}
+    x, y = torch.randn(24, 1, 8, 8), torch.arange(24) % 10
+    steps, lr, batch = 3, 0.05, 8
+    order = list(batches(len(y), batch, steps, torch.Generator().manual_seed(3)))
+    xs, ys = torch.cat([x[i] for i in order]), torch.cat([y[i] for i in order])
+    app_model = build_model("cnn", (1, 8, 8), 10, seed=0)
+    own_model = build_model("cnn", (1, 8, 8), 10, seed=0)
+    msg = instruction(Method(method, **settings), own_model, lr=lr)
+    cfg = resolve({"method": method, **settings})
+    ctx = LocalContext(state=RecordDict(), num_classes=10, train_y=y, server_round=1)
+    codec = UplinkQuantizer(cfg) if cfg["uplink-bits"] else None  # as client_app.app adds it
+    local_update(app_model, x, y,
+                 LocalConfig(lr=lr, local_iterations=steps, batch_size=batch, alpha=cfg["alpha"],
+                             local_gc_layers=local_gc_layers(cfg, app_model),
+                             gc_vectors=cfg["gc-vectors"]),
+                 torch.Generator().manual_seed(3),
+                 parts=(codec,) * bool(codec) + client_parts(cfg), ctx=ctx)
+    context = Context(run_id=1, node_id=1, node_config={"partition-id": 0, "num-partitions": 2},
+                      state=RecordDict(), run_config={})
+    own = own_loop(msg, own_model, xs, ys, steps, lr, batch, context, train_labels=y,
+                   num_classes=10)
+    assert own.steps == steps
+    records = own.end()  # (FedPAQ's end() turns the model into phi + Q(d), as the app's does)
+    for (k, a), b in zip(app_model.state_dict().items(), own_model.state_dict().values()):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=0, msg=k)
+    assert records.keys() - {"arrays"} == ctx.up.keys()
+    if codec:
+        sent, app_sent = records["arrays"], codec.reply_arrays(app_model)
+        assert "fedpaq.norms" in sent and sent.keys() == app_sent.keys()
+        for k in sent:
+            assert (sent[k].numpy() == app_sent[k].numpy()).all(), k
+
+
+def test_fedmlb_names_the_model_it_runs_on():
+    """FedMLB's part runs on this project's ResNet-18 only: the strategy says so in the
+    settings it sends, and another model is refused by the part with the reason."""
+    strategy = Method("fedmlb")
+    assert strategy.settings["model"] == "resnet18"
+    model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
+    msg = instruction(strategy, model)
+    assert msg.content["config"]["method.model"] == "resnet18"
+    with pytest.raises(TypeError, match="FedMLB needs a model with stages .ResNet-18-GN"):
+        LocalMethod(msg, model)
+
+
+def test_without_a_method_in_the_instruction_it_says_what_is_missing():
+    model = nn.Linear(2, 2)
+    plain = Message(RecordDict({"arrays": ArrayRecord(model.state_dict()),
+                                "config": ConfigRecord({"lr": 0.1})}), dst_node_id=1,
+                    message_type="train")
+    with pytest.raises(ValueError, match="no 'method.name'.*strategies"):
+        LocalMethod(plain, model)
+    other = nn.Sequential(nn.Linear(2, 3), nn.Linear(3, 2))
+    msg = instruction(GCFed(classifier="1"), other)
+    with pytest.raises(ValueError, match=r"local GC of method 'gcfed' on this model: classifier "
+                                         r"\['1.weight', '1.bias'\] names no parameter"):
+        LocalMethod(msg, nn.Sequential(nn.Linear(2, 3), nn.ReLU(), nn.Linear(3, 2)))
+
+
+# --- end to end: the strategies with a ClientApp of one's own -------------------------------
+def own_client_app(seed=0):
+    """A user's ClientApp `train` on its own tiny linearly separable data, one node per
+    partition: `LocalMethod` in its loop, `query_reply` for partition queries."""
+    g = torch.Generator().manual_seed(seed)
+    centers = torch.randn(3, 6, generator=g) * 3
+
+    def node_data(pid):
+        g = torch.Generator().manual_seed(100 + pid)
+        y = torch.randint(0, 3, (30,), generator=g)
+        return centers[y] + torch.randn(30, 6, generator=g), y
+
+    def train(msg, context):
+        model = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
+        model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
+        x, y = node_data(context.node_config["partition-id"])
+        method = LocalMethod(msg, model, context, train_labels=y, num_classes=3)
+        opt = torch.optim.SGD(model.parameters(), lr=msg.content["config"]["lr"])
+        for i in range(0, 30, 10):
+            opt.zero_grad()
+            loss = method.backward(x[i:i + 10], y[i:i + 10])
+            method.before_step()
+            opt.step()
+        metrics = MetricRecord({"num-examples": 30, "train-loss": float(loss),
+                                "local-steps": method.steps})
+        return RecordDict({"arrays": ArrayRecord(model.state_dict()), "metrics": metrics,
+                           **method.end()})
+
+    contexts = {}
+
+    def handler(i, msg):
+        context = contexts.setdefault(i, Context(
+            run_id=1, node_id=i, node_config={"partition-id": i, "num-partitions": 4},
+            state=RecordDict(), run_config={}))
+        if msg.metadata.message_type == "query":
+            return query_reply(msg, context)
+        return train(msg, context)
+
+    return handler, node_data
+
+
+@pytest.mark.parametrize("strategy", [
+    lambda: FedACGGCFed(),
+    lambda: Method("scaffold", identify_nodes=True, local_momentum=0.0),
+    lambda: Method("fedpaq"),
+    lambda: Method("feddyn-fedacg", identify_nodes=True),
+    lambda: Method("fedcm"),
+    lambda: Method("fedlc-gcfed"),
+    lambda: Method("fedadam", eta=0.1),
+    lambda: Method("moon"),
+    lambda: Method("feddecorr"),
+], ids=["fedacg+gcfed", "scaffold", "fedpaq", "feddyn-fedacg", "fedcm", "fedlc-gcfed",
+        "fedadam", "moon", "feddecorr"])
+def test_every_reply_of_a_clientapp_of_ones_own_is_used_and_it_learns(strategy):
+    strategy = strategy()
+    strategy.min_train_nodes = strategy.min_available_nodes = 4
+    strategy.fraction_evaluate = 0.0
+    handler, node_data = own_client_app()
+    seen = []
+    strategy.round_metrics_fn = lambda r, m: seen.append(dict(m))
+    init = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
+    result = strategy.start(grid=FakeGrid(4, handler), num_rounds=4,
+                            initial_arrays=ArrayRecord(init.state_dict()),
+                            train_config=ConfigRecord({"lr": 0.1}))
+    assert [(m["replies"], m["dropped"], m["skipped"]) for m in seen] == [(4, 0, 0)] * 4
+    init.load_state_dict(result.arrays.to_torch_state_dict())
+    x, y = zip(*(node_data(p) for p in range(4)))
+    acc = (init(torch.cat(x)).argmax(1) == torch.cat(y)).float().mean()
+    assert acc > 0.6, acc  # 3 classes: chance is 1/3
