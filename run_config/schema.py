@@ -249,6 +249,9 @@ KEYS: tuple[Key, ...] = (
     Key("update-clip-ratio", float, 2.0, "Scale a train reply's update (w_i - phi) down to this "
         "many times the median update norm of the round's replies where it is longer; 0 = off.",
         "robustness", low=0.0),
+    Key("record-norm-ratio", float, 10.0, "Drop a train reply whose extra record (e.g. "
+        "SCAFFOLD's scaffold-dc, FedDC's feddc-dg) has a norm above this many times the median "
+        "norm of the same record in the round's replies; 0 = off.", "robustness", low=0.0),
     Key("num-examples-ratio", float, 10.0, "Weigh a reply's claimed num-examples at most this "
         "many times the median claim of the round's replies; 0 = off.", "robustness", low=0.0),
     Key("num-examples-check", bool, True, "Weigh a reply's claimed num-examples at most as the "

@@ -48,7 +48,8 @@ _FIELDS = {"paper", "description", "method", "federation", "run-config", "row-co
            "reported"}
 _REQUIRED = ("paper", "method", "federation", "run-config", "reported")
 # the papers' servers limit no reply: these defaults of the app are off in a set-up
-PAPER_SERVER = {"update-norm-ratio": 0.0, "update-clip-ratio": 0.0, "num-examples-ratio": 0.0}
+PAPER_SERVER = {"update-norm-ratio": 0.0, "update-clip-ratio": 0.0, "record-norm-ratio": 0.0,
+                "num-examples-ratio": 0.0}
 
 
 class SetupError(ConfigError):

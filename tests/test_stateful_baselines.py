@@ -162,7 +162,7 @@ def test_scaffold_server_two_rounds_by_hand():
         _, phi = rule.broadcast(rnd)
         d = [named(model, seed=s) for s in seeds]
         dc = [named(model, seed=10 + s) for s in seeds]
-        up = [{DELTA_C_RECORD: ArrayRecord(x)} for x in dc]
+        up = [{DELTA_C_RECORD: x} for x in dc]  # (screened records: name -> tensors)
         rule.aggregate(rnd, replies(phi, d), phi, up)
         s = len(seeds)
         for k in theta:  # uniform weights (preset): theta += mean d; c += |S|/N mean dc
@@ -325,8 +325,7 @@ def test_feddc_server_two_rounds_by_hand():
         _, phi = rule.broadcast(rnd)
         d = [named(model, seed=s) for s in seeds]
         sent = [named(model, seed=20 + s) for s in seeds]  # om_i delta-G_i
-        rule.aggregate(rnd, replies(phi, d), phi, [{DELTA_G_RECORD: ArrayRecord(x)}
-                                                   for x in sent])
+        rule.aggregate(rnd, replies(phi, d), phi, [{DELTA_G_RECORD: x} for x in sent])
         s = len(seeds)
         for k in theta:
             h_sum[k] = h_sum[k] + sum(x[k] for x in d)
