@@ -12,17 +12,17 @@ Each run is a preset on digits through the real ServerApp and ClientApp in this 
 `update-clip-ratio`, `record-norm-ratio`, `num-examples-ratio` = 0) so that nothing is changed
 before it is measured. Before each aggregation the server rule's input is read: per reply its
 update norm ||w_i - phi||, the norm of each extra record it sends (SCAFFOLD's `scaffold-dc`,
-FedDC's `feddc-dg`) and its claimed num-examples n_i, each over the round's median of the same
-quantity. The table gives, per preset and split, over all rounds, the largest update ratio (what
-`update-norm-ratio` must stay above to leave honest runs alone) and the smallest (a reply scaled
-by 1e3 is 1e3 x that over the median), then the largest ratio of each extra record
-(`record-norm-ratio`) and of the claims (`num-examples-ratio`).
+FedDC's `feddc-dg`; from the point the rule's `up_centers()` gives, as the screen measures it)
+and its claimed num-examples n_i, each over the round's median of the same quantity. The table
+gives, per preset and split, over all rounds, the largest update ratio (what `update-norm-ratio`
+must stay above to leave honest runs alone) and the smallest (a reply scaled by 1e3 is 1e3 x
+that over the median), then the largest ratio of each extra record (`record-norm-ratio`) and of
+the claims (`num-examples-ratio`).
 
 Splits: `default` (FedACG's balanced Dirichlet 0.3, the app's default), `iid`, `shards` (2
 label-sorted shards per client), and GC-Fed's unbalanced LDA at 0.1 and 0.05 with its local
 update (5 local epochs of batches of 50: clients run as many steps as they hold examples).
-Presets that cannot run on digits' CNN (FedMLB's part runs on ResNet-18 only) are listed as not
-run.
+Presets that cannot run on digits' CNN (FedMLB's part runs on ResNet-18 only) are left out.
 """
 
 from __future__ import annotations
@@ -82,8 +82,11 @@ def watch(rounds: list):
                 measured = {"update": [_norm(m[k] - phi[k] for k in phi if k in m)
                                        for _, m, _ in good],
                             "examples": [n for _, _, n in good]}
+                centers = rule.up_centers()  # measured as the screen does: from the center
                 for name in sorted(up[0]) if up else ():
-                    measured[name] = [_norm(_state(u[name]).values()) for u in up]
+                    c = centers.get(name, {})
+                    measured[name] = [_norm(v - c[k] if k in c else v
+                                            for k, v in _state(u[name]).items()) for u in up]
                 rounds.append({k: [v / statistics.median(vs) if statistics.median(vs) else 1.0
                                    for v in vs] for k, vs in measured.items()})
             return aggregate(server_round, good, phi, up)

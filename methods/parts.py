@@ -32,7 +32,8 @@ class UpRecord:
     the server screens every reply's record against it before any rule reads it
     (strategies/reply_screen.py, docs/security.md#records): its keys, shapes and dtypes, finite
     values and, with `limit_norm`, its norm against the round's median norm of the same record
-    (`record-norm-ratio`). A reply whose record does not match is dropped whole.
+    (`record-norm-ratio`), measured from the point the server rule's `up_centers()` gives for it
+    (0 when none). A reply whose record does not match is dropped whole.
 
     `holds`: PARAMETERS, FLOATS, or the layout itself, {key: (shape, dtype name)} (e.g.
     {"drift": ((1,), "float32")}).
@@ -159,6 +160,7 @@ class ServerRule:
     start(theta_record)               once, on a fresh run (theta_0)
     broadcast(round) -> ArrayRecord   the point phi the sampled clients start from
     down_records(round) -> {name: ArrayRecord}   extra records of the train instruction
+    up_centers() -> {name: {key: tensor}}       where the screen measures a record's norm from
     aggregate(round, good, phi, up) -> (ArrayRecord | None, skip reason | None)
                                       good: [(reply Message, its model as name -> tensor, n_i)],
                                       screened and in a stable order; up: per good reply, its
@@ -206,6 +208,13 @@ class ServerRule:
         raise NotImplementedError
 
     def down_records(self, server_round: int) -> dict:
+        return {}
+
+    def up_centers(self) -> dict:
+        """{record name: {key: tensor}}: for a record of `up` whose honest values share a common
+        part, the point its norm is measured from by the screen's norm limit (called after
+        `broadcast`, before `aggregate`). E.g. SCAFFOLD's delta-c_i = -c + drift_i: from -c, so
+        that the clients' drifts are compared, not c, which every record holds."""
         return {}
 
     def aggregate(self, server_round: int, good: list, phi: dict, up: list):

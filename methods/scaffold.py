@@ -106,6 +106,10 @@ class ScaffoldRule(momentum.MomentumRule):
 
         return {C_RECORD: ArrayRecord(self.c)}
 
+    def up_centers(self) -> dict:
+        # delta-c_i = -c + (phi - w_K) / (K_eff lr): its norm from -c is client i's drift
+        return {DELTA_C_RECORD: {k: -v for k, v in self.c.items()}}
+
     def aggregate(self, server_round: int, good: list, phi: dict, up: list):
         import torch
 

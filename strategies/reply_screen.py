@@ -12,11 +12,12 @@ counted, and left out whole; the round goes on with the rest.
 
 `limit_influence` then bounds what one good reply can do (docs/security.md): an update whose
 norm exceeds `norm_ratio` times the round's median update norm is dropped (`dropped-outlier`),
-as is a record whose norm exceeds `record_ratio` times the round's median norm of that record;
-an update longer than `clip_ratio` times the median is scaled down to it (`clipped-norm`); a
-claimed weight above the largest partition, or `weight_ratio` times the round's median claim, is
-cut to that value (`capped-weight`; the ratio only where the split is not known).
-`check_node_report` validates what a node says about its partition.
+as is a record whose norm (from the point its server rule gives, `up_centers`) exceeds
+`record_ratio` times the round's median norm of that record; an update longer than
+`clip_ratio` times the median is scaled down to it (`clipped-norm`); a claimed weight above the
+largest partition, or `weight_ratio` times the round's median claim, is cut to that value
+(`capped-weight`; the ratio only where the split is not known). `check_node_report` validates
+what a node says about its partition.
 
 Each record is parsed once (read-only views of the message's bytes) and each norm computed once,
 one tensor's difference `w_i - phi` at a time (never a whole model's); the rules get the very
@@ -180,14 +181,15 @@ def check_update(content: RecordDict, phi: State, weight_key: str, max_norm: flo
     return model, float(n), norm
 
 
-def check_record(name: str, arrays: ArrayRecord, expected: State) -> tuple[State, float]:
-    """A reply record's views and norm ||r||, or BadUpdate unless it is as declared (`expected`:
-    from `record_layouts`) and finite."""
+def check_record(name: str, arrays: ArrayRecord, expected: State,
+                 center: State | None = None) -> tuple[State, float]:
+    """A reply record's views and norm ||r - center|| (||r|| without a center), or BadUpdate
+    unless it is as declared (`expected`: from `record_layouts`) and finite."""
     prefix = f"record '{name}': "
     state = views(arrays, prefix)
     check_layout(state, expected, "its declaration", prefix)
     keys = [k for k, v in expected.items() if v.is_floating_point()]
-    norms = tensor_norms(state, keys)
+    norms = tensor_norms(state, keys, center)
     check_finite(state, keys, norms, prefix)
     return state, total_norm(norms)
 
@@ -227,7 +229,7 @@ def screen_replies(
     server_round: int, replies: Iterable[Message], sent: Sequence[Message], phi: State,
     weight_key: str, max_norm: float, describe: Callable[[int], str],
     order: Callable[[int], object], *, records: Mapping[str, State] | None = None,
-    metrics: Mapping[str, ReplyMetric] | None = None,
+    centers: Mapping[str, State] | None = None, metrics: Mapping[str, ReplyMetric] | None = None,
     undecodable: Mapping[int, str] | None = None,
 ) -> Screened:
     """Split a round's replies into good ones and counted failures.
@@ -238,10 +240,11 @@ def screen_replies(
     `describe(node_id)` names a node in log lines; `order(node_id)` sorts the good replies, so that
     the aggregate does not depend on the order in which replies arrived. `records`: the server
     rule's extra records, name -> their layout (`record_layouts`), taken out of every reply and
-    screened; `metrics`: the numbers the rule reads; `undecodable`: id(reply) -> why its model
+    screened; `centers`: where their norms are measured from (the rule's `up_centers()`, 0 for
+    the others); `metrics`: the numbers the rule reads; `undecodable`: id(reply) -> why its model
     could not be decoded (uplink-bits), dropped as malformed.
     """
-    records, undecodable = records or {}, undecodable or {}
+    records, centers, undecodable = records or {}, centers or {}, undecodable or {}
     out = Screened(counts={"replies": 0, "errors": 0, "timeouts": 0, "dropped": 0})
     node_of = {m.metadata.message_id: m.metadata.dst_node_id for m in sent if m.metadata.message_id}
     answered = set()
@@ -267,7 +270,8 @@ def screen_replies(
                 if name not in taken:
                     raise BadUpdate("payload", f"it lacks the record '{name}' the server rule "
                                                "needs")
-                up[name], up_norms[name] = check_record(name, taken[name], layout)
+                up[name], up_norms[name] = check_record(name, taken[name], layout,
+                                                        centers.get(name))
         except BadUpdate as bad:
             out.drop(bad.reason)
             log(WARNING, "round %d: dropped the reply of %s: %s", server_round, describe(node),
@@ -321,7 +325,8 @@ def limit_influence(server_round: int, screened: Screened, phi: State, norm_rati
                     max_weight: float = 0.0, clip_ratio: float = 0.0, record_ratio: float = 0.0,
                     records: Sequence[str] = ()) -> Screened:
     """Drop updates with ||w_i - phi|| > norm_ratio * median_j ||w_j - phi||, and replies whose
-    record r (of `records`) has ||r_i|| > record_ratio * median_j ||r_j||; scale the kept updates
+    record r (of `records`) has ||r_i - c|| > record_ratio * median_j ||r_j - c|| (c: the record's
+    center, 0 by default); scale the kept updates
     above clip_ratio * their median down to it (w_i = phi + u_i * bound / ||u_i||); cut weights
     n_i > max_weight to max_weight or, where the split is not known (max_weight = 0),
     n_i > weight_ratio * median_j n_j to that bound (0 = that rule off). In place; returns it.

@@ -235,8 +235,8 @@ class MethodStrategy(RoundConfig, FedAvg):
         screened = screen_replies(server_round, replies, self._sent, self._phi,
                                   self.weighted_by_key, self.max_update_norm,
                                   self.nodes.describe, self.nodes.order_key,
-                                  records=self.up_records, metrics=self.rule.up_metrics,
-                                  undecodable=undecodable)
+                                  records=self.up_records, centers=self.rule.up_centers(),
+                                  metrics=self.rule.up_metrics, undecodable=undecodable)
         limit_influence(server_round, screened, self._phi, *self.influence, self.nodes.describe,
                         max_weight=self.max_num_examples, clip_ratio=self.update_clip_ratio,
                         record_ratio=self.record_norm_ratio,

@@ -170,6 +170,9 @@ def test_its_record_is_screened_as_declared(median_method, tmp_path):
 
     views, norm = check_record("drift", ArrayRecord({"drift": torch.tensor([-0.5])}), layout)
     assert norm == 0.5 and views["drift"].tolist() == [-0.5]
+    _, norm = check_record("drift", ArrayRecord({"drift": torch.tensor([-0.5])}), layout,
+                           center={"drift": torch.tensor([1.0])})
+    assert norm == 1.5  # measured from the rule's center (up_centers)
     for bad, reason in ((torch.tensor([0.5, 0.5]), "shape"), (torch.tensor([1], dtype=torch.int64),
                         "dtype"), (torch.tensor([float("nan")]), "non-finite")):
         with pytest.raises(BadUpdate) as err:

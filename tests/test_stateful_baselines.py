@@ -159,6 +159,10 @@ def test_scaffold_server_two_rounds_by_hand():
     for rnd, seeds in ((1, (1, 2)), (2, (3, 4, 5))):
         down = rule.down_records(rnd)[C_RECORD].to_torch_state_dict()
         assert all(torch.allclose(down[k], c[k], atol=1e-7) for k in c)
+        # the screen measures delta-c_i from -c (the clients' drifts, not c, compared)
+        center = rule.up_centers()[DELTA_C_RECORD]
+        assert center.keys() == c.keys()
+        assert all(torch.allclose(center[k], -c[k], atol=1e-7) for k in c)
         _, phi = rule.broadcast(rnd)
         d = [named(model, seed=s) for s in seeds]
         dc = [named(model, seed=10 + s) for s in seeds]
@@ -322,6 +326,9 @@ def test_feddc_server_two_rounds_by_hand():
     for rnd, seeds in ((1, (1, 2)), (2, (3, 4, 5))):
         down = rule.down_records(rnd)[G_RECORD].to_torch_state_dict()
         assert all(torch.allclose(down[k], g[k], atol=1e-7) for k in params)
+        center = rule.up_centers()[DELTA_G_RECORD]  # the screen measures from -G
+        assert center.keys() == set(params)
+        assert all(torch.allclose(center[k], -g[k], atol=1e-7) for k in g)
         _, phi = rule.broadcast(rnd)
         d = [named(model, seed=s) for s in seeds]
         sent = [named(model, seed=20 + s) for s in seeds]  # om_i delta-G_i
