@@ -7,7 +7,7 @@ limits' defaults (docs/security.md#honest-runs).
     python -m benchmarks.honest_norms --from-json a.json,b.json   # the table of earlier runs
 
 Each run is a preset on digits through the real ServerApp and ClientApp in this process
-(`server_app.inprocess`), as the README's main command runs it: 20 clients, 5 sampled per round,
+(`inprocess`), as the README's main command runs it: 20 clients, 5 sampled per round,
 30 rounds, no attacker, with every influence limit off (`update-norm-ratio`,
 `update-clip-ratio`, `record-norm-ratio`, `num-examples-ratio` = 0) so that nothing is changed
 before it is measured. Before each aggregation the server rule's input is read: per reply its
@@ -104,7 +104,7 @@ def measure(method: str, split: str, folder: Path, seed: int = 0, rounds: int = 
 
     import torch
 
-    from server_app.inprocess import run_in_process
+    from inprocess import run_in_process
 
     seen: list = []  # one dict of ratios per round
     undo = watch(seen)

@@ -36,7 +36,8 @@ def build_strategy(cfg: dict[str, Any], model: nn.Module, **fedavg_kwargs) -> Me
         min_train_clients=cfg["min-train-clients"], max_update_norm=cfg["max-update-norm"],
         update_norm_ratio=cfg["update-norm-ratio"], num_examples_ratio=cfg["num-examples-ratio"],
         update_clip_ratio=cfg["update-clip-ratio"], record_norm_ratio=cfg["record-norm-ratio"],
-        up_records=record_layouts(rule.up, model),  # what the rule's reply records must hold
+        # what the rule's reply records must hold
+        up_records=record_layouts(rule.up, model.named_parameters(), model.state_dict()),
         fraction_train=cfg["fraction-train"], fraction_evaluate=cfg["fraction-evaluate"],
         min_train_nodes=cfg["min-train-nodes"], min_evaluate_nodes=cfg["min-evaluate-nodes"],
         min_available_nodes=cfg["min-train-nodes"],

@@ -31,6 +31,7 @@ import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from logging import WARNING
+from typing import Any
 
 import torch
 from flwr.app import ArrayRecord, Message, RecordDict
@@ -60,16 +61,18 @@ class BadUpdate(ValueError):
         self.reason, self.detail = reason, detail
 
 
-def record_layouts(declared: Mapping[str, UpRecord], model: torch.nn.Module) -> dict[str, State]:
+def record_layouts(declared: Mapping[str, UpRecord], parameters: Iterable[tuple[str, Any]],
+                   state: Mapping[str, torch.Tensor]) -> dict[str, State]:
     """Each declared reply record (a server rule's `up`) -> key -> an empty tensor of the shape
-    and dtype it must have (on the meta device: no memory), what `check_record` compares to."""
+    and dtype it must have (on the meta device: no memory), what `check_record` compares to.
+    `parameters`, `state`: the model's `named_parameters()` and `state_dict()`."""
+    parameters = list(parameters)
     out = {}
     for name, record in declared.items():
         if record.holds == PARAMETERS:
-            layout = {k: (p.shape, p.dtype) for k, p in model.named_parameters()}
+            layout = {k: (p.shape, p.dtype) for k, p in parameters}
         elif record.holds == FLOATS:
-            layout = {k: (v.shape, v.dtype) for k, v in model.state_dict().items()
-                      if v.is_floating_point()}
+            layout = {k: (v.shape, v.dtype) for k, v in state.items() if v.is_floating_point()}
         elif isinstance(record.holds, Mapping):
             layout = {k: (tuple(shape), getattr(torch, str(dtype), None))
                       for k, (shape, dtype) in record.holds.items()}

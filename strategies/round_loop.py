@@ -78,10 +78,10 @@ class MethodStrategy(RoundConfig, FedAvg):
         self.update_clip_ratio = update_clip_ratio
         # The rule's extra reply records: name -> the layout declared for it (reply_screen.
         # record_layouts), and the records whose norm is limited by record-norm-ratio.
-        if rule.up and (up_records is None or set(up_records) != set(rule.up)):
+        if rule is not None and rule.up and set(up_records or {}) != set(rule.up):
             raise ValueError(f"server rule '{rule.name}' needs the records {list(rule.up)}: give "
                              "their layouts (up_records = reply_screen.record_layouts(rule.up, "
-                             "model))")
+                             "model.named_parameters(), model.state_dict()))")
         self.up_records = dict(up_records or {})
         self.record_norm_ratio = record_norm_ratio
         self._theta_record: ArrayRecord | None = None  # the record theta was last returned as

@@ -173,7 +173,7 @@ def test_a_clean_readme_run_logs_no_clip_drop_or_outlier_line(tmp_path, caplog):
     the 30 rounds of every preset (docs/security.md#honest-runs) stay below the new limits."""
     import logging
 
-    from server_app.inprocess import run_in_process
+    from inprocess import run_in_process
 
     rc = {"num-server-rounds": 15, "out-dir": str(tmp_path), "run-name": "readme",
           "plot-every": 0, "checkpoint-every": 0}

@@ -165,7 +165,9 @@ def test_its_record_is_screened_as_declared(median_method, tmp_path):
     shape or dtype, or NaN, is dropped whole (the rule never sees it); the others are kept."""
     from strategies.reply_screen import BadUpdate, check_record, record_layouts
 
-    layout = record_layouts(median_method.DRIFT, torch.nn.Linear(2, 2))["drift"]
+    model = torch.nn.Linear(2, 2)
+    layout = record_layouts(median_method.DRIFT, model.named_parameters(),
+                            model.state_dict())["drift"]
     from flwr.app import ArrayRecord
 
     views, norm = check_record("drift", ArrayRecord({"drift": torch.tensor([-0.5])}), layout)
