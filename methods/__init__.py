@@ -8,7 +8,8 @@ from here; the strategy and the ClientApp build their parts from here and never 
 
 from __future__ import annotations
 
-from .parts import ClientPart, Config, Method, ServerRule, SettingError, UplinkCodec
+from .parts import (FLOATS, PARAMETERS, ClientPart, Config, Method, ReplyMetric, ServerRule,
+                    SettingError, UplinkCodec, UpRecord)
 from .registry import (BASE_PRESET, CLIENT_PARTS, METHODS, SERVER_RULES, UPLINK_CODECS,
                        check_parts, client_part_names, method_names, preset_of, register,
                        server_rule_names, unregister, untested_combinations, uplink_codec)
@@ -22,7 +23,8 @@ from . import scaffold, feddyn, feddc  # noqa: E402,F401
 from . import moon, fedlc, fedntd, feddecorr  # noqa: E402,F401
 from . import fedcm, fedvarp, fedpaq  # noqa: E402,F401
 
-__all__ = ["BASE_PRESET", "CLIENT_PARTS", "ClientPart", "Config", "METHODS", "Method",
-           "SERVER_RULES", "ServerRule", "SettingError", "UPLINK_CODECS", "UplinkCodec",
-           "check_parts", "client_part_names", "method_names", "preset_of", "register",
-           "server_rule_names", "unregister", "untested_combinations", "uplink_codec"]
+__all__ = ["BASE_PRESET", "CLIENT_PARTS", "ClientPart", "Config", "FLOATS", "METHODS", "Method",
+           "PARAMETERS", "ReplyMetric", "SERVER_RULES", "ServerRule", "SettingError",
+           "UPLINK_CODECS", "UpRecord", "UplinkCodec", "check_parts", "client_part_names",
+           "method_names", "preset_of", "register", "server_rule_names", "unregister",
+           "untested_combinations", "uplink_codec"]

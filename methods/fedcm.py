@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import momentum
-from .parts import ClientPart, Method, SettingError
+from .parts import ClientPart, Method, ReplyMetric, SettingError
 from .registry import register
 
 DELTA = "fedcm-delta"  # the record of Delta in the train instruction
@@ -64,6 +64,9 @@ class FedCMRule(momentum.MomentumRule):
 
     name = "fedcm"
     down = (DELTA,)
+    # K: the screen drops a reply whose step count is not a whole number >= 0 (a count of 1e-300
+    # steps would make Delta infinite)
+    up_metrics = {"local-steps": ReplyMetric(low=0.0, integer=True)}
     untested = {"lookahead": WHY_NOT_LOOKAHEAD, "global-gc": WHY_NOT_GC}
     summary = "theta += eta * d; sends Delta = -d / (K lr) (docs/baselines.md#fedcm)"
 
@@ -96,10 +99,11 @@ class FedCMRule(momentum.MomentumRule):
         # d = (theta_t - theta_{t-1}) / eta is what the momentum rule applied (lam = 0: m = eta d)
         d = {k: v / self.eta for k, v in self.m.items()}
         weights = [n for _, _, n in good] if self.aggregation == "examples" else [1.0] * len(good)
-        steps = [float(msg.content["metrics"].get("local-steps", 0)) for msg, _, _ in good]
+        steps = [float(next(iter(msg.content.metric_records.values()))["local-steps"])
+                 for msg, _, _ in good]  # screened: one MetricRecord, a whole number >= 0
         k_mean = sum(w * s for w, s in zip(weights, steps)) / sum(weights)
-        if not k_mean > 0:
-            raise ValueError("FedCM needs the clients' 'local-steps' metric (> 0) to compute Delta")
+        if not k_mean > 0:  # theta moved, Delta is kept: no step count to divide by
+            return arrays, None
         lr_t = self.lr * self.lr_decay ** (server_round - 1)
         self.delta = fedcm_delta(d, k_mean, lr_t)
         return arrays, None

@@ -20,11 +20,12 @@ import functools
 from typing import Any
 
 from .feddyn import UNTESTED_GC, ModelStepRule
-from .parts import ClientPart, Method
+from .parts import ClientPart, Method, UpRecord
 from .registry import register
 
 G_RECORD, DELTA_G_RECORD = "feddc-g", "feddc-dg"
 H_I_STATE, G_I_STATE = "feddc-h-i", "feddc-g-i"
+UP = {DELTA_G_RECORD: UpRecord()}  # om_i (G_i+ - G_i): one tensor per parameter, screened
 
 
 @functools.lru_cache(maxsize=8)
@@ -54,7 +55,7 @@ class DriftCorrection(ClientPart):
     name = "feddc"
     keys = ("feddc-alpha",)
     down = (G_RECORD,)
-    up = (DELTA_G_RECORD,)
+    up = UP
     client_state = True
     untested = {"local-gc": UNTESTED_GC}
 
@@ -111,7 +112,7 @@ class FedDCRule(ModelStepRule):
     name = "feddc"
     keys = ("lookahead", "lam", "aggregation", "global-gc", "gc-vectors", "gc-borderline")
     down = (G_RECORD,)
-    up = (DELTA_G_RECORD,)
+    up = UP
     state_names = ("feddc-g", "feddc-h")
     summary = ("FedDC: server drift sum H and correction G sent with theta "
                "(docs/baselines.md#feddc)")
@@ -128,12 +129,17 @@ class FedDCRule(ModelStepRule):
 
         return {G_RECORD: ArrayRecord(self.feddc_g)}
 
+    def up_centers(self) -> dict:
+        # om_i (G_i+ - G_i) = -G - om_i d_i / (K lr): from -G, its norm is client i's drift (from
+        # 0 it is close to 0 for typical clients, and honest ratios reached 1248x the median)
+        return {DELTA_G_RECORD: {k: -v for k, v in self.feddc_g.items()}}
+
     def step(self, d, d_sum, phi, good, up):
         import torch
 
         n = self.num_clients
         for records in up:  # G += (1/N) om_i delta-G_i (the clients send om_i delta-G_i)
-            delta = records[DELTA_G_RECORD].to_torch_state_dict()
+            delta = records[DELTA_G_RECORD]
             torch._foreach_add_([self.feddc_g[k] for k in self.param_names],
                                 [delta[k] for k in self.param_names], alpha=1.0 / n)
         keys = list(d)

@@ -168,38 +168,46 @@ class UplinkDecoder:
         one (wrong keys or sizes)."""
         import torch
 
+        from models.wire import state_view
+
         s = 2 ** (self.bits - 1)
-        got = dict(record.to_torch_state_dict())
+        got = state_view(record)  # read-only views: decoding makes new tensors
         names = quantized_names(phi, self.tensors)
         if set(got) != set(phi) | {NORMS}:
             raise ValueError(f"expected the model's tensors and '{NORMS}'")
-        norms = got.pop(NORMS).reshape(-1).to(torch.float32)
+        norms = got.pop(NORMS).reshape(-1)
+        if norms.dtype != torch.float32:
+            raise ValueError(f"'{NORMS}' of dtype {norms.dtype}, expected float32")
         if norms.numel() != len(names):
             raise ValueError(f"{norms.numel()} norms for {len(names)} quantized tensors")
         out = dict(got)
         for nu, k in zip(norms, names):
+            if got[k].dtype != torch.uint8:
+                raise ValueError(f"'{k}': codes of dtype {got[k].dtype}, expected uint8")
             levels = unpack_codes(got[k], phi[k].numel(), self.bits)
-            if levels.min() < -s or levels.max() > s:
+            if levels.numel() and (levels.min() < -s or levels.max() > s):
                 raise ValueError(f"'{k}': levels outside [-{s}, {s}]")
             out[k] = phi[k] + dequantize(levels, nu, s).reshape(phi[k].shape).to(phi[k].dtype)
         return out
 
-    def decode_replies(self, replies: list, phi: dict) -> None:
-        """Replace each good reply's 'arrays' by its decoded model. A reply that does not decode
-        is left as it is: screening then drops it (its tensors do not match the model's)."""
-        from logging import WARNING
-
+    def decode_replies(self, replies: list, phi: dict) -> dict[int, str]:
+        """Replace each good reply's 'arrays' by its decoded model; id(reply) -> why, for the
+        replies that do not decode (left as they are: screening drops them, with that reason).
+        Nothing a client sends makes this raise."""
         from flwr.app import ArrayRecord
-        from flwr.common import log
 
+        from strategies.reply_screen import short_reason
+
+        failed = {}
         for msg in replies:
             if msg.has_error() or "arrays" not in msg.content.array_records:
-                continue
+                continue  # (screening drops a reply without its model)
             try:
                 msg.content["arrays"] = ArrayRecord(self.decode(msg.content["arrays"], phi))
-            except (ValueError, RuntimeError, TypeError) as err:
-                log(WARNING, "the reply of node %d is not an uplink-bits = %d encoding: %s",
-                    msg.metadata.src_node_id, self.bits, err)
+            except Exception as err:  # anything a malformed reply can cause
+                failed[id(msg)] = (f"its arrays are not an uplink-bits = {self.bits} encoding "
+                                   f"({type(err).__name__}: {short_reason(str(err))})")
+        return failed
 
 
 UplinkQuantizer.decoder = UplinkDecoder

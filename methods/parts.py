@@ -7,6 +7,7 @@ Nothing here imports torch or Flower: the run config reads the registry without 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -20,6 +21,37 @@ CONFIG_PREFIX = "method."
 class SettingError(ValueError):
     """A part refuses a setting it was built with (e.g. FedCM with server momentum): the message
     names the key and the fix. The run config's own checks raise `run_config.ConfigError`."""
+
+PARAMETERS = "parameters"  # one tensor per model parameter (named_parameters): its shape, dtype
+FLOATS = "floats"  # one tensor per float tensor of the model's state_dict: its shape, dtype
+
+
+@dataclass(frozen=True)
+class UpRecord:
+    """What an extra reply record holds (the values of a part's and its server rule's `up`):
+    the server screens every reply's record against it before any rule reads it
+    (strategies/reply_screen.py, docs/security.md#records): its keys, shapes and dtypes, finite
+    values and, with `limit_norm`, its norm against the round's median norm of the same record
+    (`record-norm-ratio`), measured from the point the server rule's `up_centers()` gives for it
+    (0 when none). A reply whose record does not match is dropped whole.
+
+    `holds`: PARAMETERS, FLOATS, or the layout itself, {key: (shape, dtype name)} (e.g.
+    {"drift": ((1,), "float32")}).
+    """
+
+    holds: str | Mapping[str, tuple[tuple[int, ...], str]] = PARAMETERS
+    limit_norm: bool = True
+
+
+@dataclass(frozen=True)
+class ReplyMetric:
+    """A number a server rule reads from each reply's MetricRecord (its `up_metrics`): a reply
+    without it, or with a value that is not a finite number in [low, high] (a whole number with
+    `integer`), is dropped before the rule sees it."""
+
+    low: float = float("-inf")
+    high: float = float("inf")
+    integer: bool = False
 
 
 class ClientPart:
@@ -53,7 +85,7 @@ class ClientPart:
     name: ClassVar[str] = ""
     keys: ClassVar[tuple[str, ...]] = ()  # run-config keys this part reads (its knobs)
     down: ClassVar[tuple[str, ...]] = ()  # records it needs in the train instruction
-    up: ClassVar[tuple[str, ...]] = ()  # records it adds to the reply
+    up: ClassVar[Mapping[str, UpRecord]] = {}  # records it adds to the reply: what each holds
     # Keeps per-client state across rounds (ctx.load_state / ctx.save_state): one version per
     # round on the node's disk, and the server tells each client which version to start from,
     # so a resumed run restores it exactly (docs/baselines.md#client-state).
@@ -105,8 +137,9 @@ class UplinkCodec(ClientPart):
     into what the server will rebuild) runs before the method's own `end` hooks;
     `reply_arrays(model)` is the reply's 'arrays' record.
     Server side (`decoder(cfg)`): `decode_replies(replies, phi)` replaces each reply's 'arrays'
-    by the model it encodes, in place, before screening; a reply that does not decode is left
-    as it is (screening then drops it).
+    by the model it encodes, in place, before screening, and returns {id(reply): why} for the
+    replies that do not decode (screening drops them, as malformed, with that reason); nothing
+    a client sends may make it raise.
     """
 
     decoder: ClassVar[type]
@@ -127,10 +160,12 @@ class ServerRule:
     start(theta_record)               once, on a fresh run (theta_0)
     broadcast(round) -> ArrayRecord   the point phi the sampled clients start from
     down_records(round) -> {name: ArrayRecord}   extra records of the train instruction
+    up_centers() -> {name: {key: tensor}}       where the screen measures a record's norm from
     aggregate(round, good, phi, up) -> (ArrayRecord | None, skip reason | None)
                                       good: [(reply Message, its model as name -> tensor, n_i)],
                                       screened and in a stable order; up: per good reply, its
-                                      records named in `up` ({name: ArrayRecord})
+                                      records named in `up`, screened as they declare
+                                      ({name: {key: tensor}}, read-only views)
     theta_record() -> ArrayRecord     the current theta (after start, aggregate, load_state_dict)
     state_dict() / load_state_dict()  everything the rule needs to resume exactly (checkpoints)
     state_to_check()                  the state checked finite after every update (default:
@@ -140,7 +175,9 @@ class ServerRule:
     name: ClassVar[str] = ""
     keys: ClassVar[tuple[str, ...]] = ()  # run-config keys this rule reads
     down: ClassVar[tuple[str, ...]] = ()  # records it adds to the train instruction
-    up: ClassVar[tuple[str, ...]] = ()  # records it needs in every reply
+    up: ClassVar[Mapping[str, UpRecord]] = {}  # records it needs in every reply: what each holds
+    # numbers it reads from each reply's MetricRecord (besides num-examples): name -> the range
+    up_metrics: ClassVar[Mapping[str, ReplyMetric]] = {}
     # the config switches it implements (others must stay off): 'lookahead', 'global-gc',
     # 'aggregation=uniform', 'dynamic-clients', 'resume'
     supports: ClassVar[frozenset[str]] = frozenset()
@@ -171,6 +208,13 @@ class ServerRule:
         raise NotImplementedError
 
     def down_records(self, server_round: int) -> dict:
+        return {}
+
+    def up_centers(self) -> dict:
+        """{record name: {key: tensor}}: for a record of `up` whose honest values share a common
+        part, the point its norm is measured from by the screen's norm limit (called after
+        `broadcast`, before `aggregate`). E.g. SCAFFOLD's delta-c_i = -c + drift_i: from -c, so
+        that the clients' drifts are compared, not c, which every record holds."""
         return {}
 
     def aggregate(self, server_round: int, good: list, phi: dict, up: list):

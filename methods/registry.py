@@ -3,9 +3,10 @@ of them can work (before the run starts)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from .parts import ClientPart, Method, ServerRule, UplinkCodec
+from .parts import ClientPart, Method, ReplyMetric, ServerRule, UplinkCodec, UpRecord
 
 METHODS: dict[str, Method] = {}
 SERVER_RULES: dict[str, type[ServerRule]] = {}
@@ -46,6 +47,8 @@ def register(*items: Method | type[ServerRule] | type[ClientPart]) -> None:
             raise RegistryError(f"{item!r} needs a name other than '', 'preset', 'auto', 'none'")
         if table.get(name, item) is not item and table[name] != item:
             raise RegistryError(f"'{name}' is registered already ({table[name]!r})")
+        if table is not METHODS:
+            _check_declarations(item)
         table[name] = item
     for method in (i for i in items if isinstance(i, Method)):
         unknown = [p for p in (method.server_rule,) if p not in SERVER_RULES]
@@ -53,6 +56,20 @@ def register(*items: Method | type[ServerRule] | type[ClientPart]) -> None:
         if unknown:
             raise RegistryError(f"method '{method.name}' names unregistered parts {unknown}: "
                                 "register them first")
+
+
+def _check_declarations(part: type[ServerRule] | type[ClientPart]) -> None:
+    """A part's `up` (and a rule's `up_metrics`) must say what each record (number) holds: the
+    server screens replies against it."""
+    declared = {"up": (part.up, UpRecord)}
+    if issubclass(part, ServerRule):
+        declared["up_metrics"] = (part.up_metrics, ReplyMetric)
+    for attr, (value, kind) in declared.items():
+        if not isinstance(value, Mapping) or not all(isinstance(v, kind) for v in value.values()):
+            raise RegistryError(
+                f"{part.__name__}.{attr} = {value!r}: map each name to a methods.{kind.__name__} "
+                f"saying what it holds, e.g. {attr} = {{'drift': {kind.__name__}(...)}} "
+                "(docs/extending.md#the-hooks)")
 
 
 def unregister(*items: Method | type[ServerRule] | type[ClientPart]) -> None:
@@ -103,12 +120,16 @@ def check_parts(cfg: dict[str, Any]) -> list[str]:
     rule = SERVER_RULES[cfg["server-rule"]]
     parts = [CLIENT_PARTS[p] for p in parse_objective(cfg["client-objective"])]
     problems = []
-    sent_up = {r for p in parts for r in p.up}
-    for record in rule.up:
+    sent_up = {r: (p.name, p.up[r]) for p in parts for r in p.up}
+    for record, holds in rule.up.items():
         if record not in sent_up:
             problems.append(f"server-rule '{rule.name}' needs the record '{record}' in every "
                             f"reply, and no part of client-objective '{cfg['client-objective']}' "
                             "sends it")
+        elif sent_up[record][1] != holds:
+            problems.append(f"client part '{sent_up[record][0]}' declares its record '{record}' "
+                            f"as {sent_up[record][1]}, server-rule '{rule.name}' as {holds}: "
+                            "the server screens replies against the rule's declaration")
     for part in parts:
         for record in part.down:
             if record not in rule.down:

@@ -17,10 +17,11 @@ from __future__ import annotations
 from typing import Any
 
 from . import momentum
-from .parts import ClientPart, Method
+from .parts import ClientPart, Method, UpRecord
 from .registry import register
 
 C_RECORD, DELTA_C_RECORD, C_I_STATE = "scaffold-c", "scaffold-dc", "scaffold-c-i"
+UP = {DELTA_C_RECORD: UpRecord()}  # delta-c_i: one tensor per parameter, screened by the server
 UNTESTED_LOOKAHEAD = ("the control variates assume every client starts at theta, not at a "
                       "look-ahead point (docs/baselines.md#combinations)")
 UNTESTED_GC = ("GC-Fed keeps GC off variance-reduction methods (docs/baselines.md#combinations)")
@@ -39,7 +40,7 @@ class ScaffoldCorrection(ClientPart):
 
     name = "scaffold"
     down = (C_RECORD,)
-    up = (DELTA_C_RECORD,)
+    up = UP
     client_state = True
     untested = {"local-gc": UNTESTED_GC}
 
@@ -81,7 +82,7 @@ class ScaffoldRule(momentum.MomentumRule):
 
     name = "scaffold"
     down = (C_RECORD,)
-    up = (DELTA_C_RECORD,)
+    up = UP
     supports = frozenset({"lookahead", "global-gc", "aggregation=uniform", "resume"})
     untested = {"lookahead": UNTESTED_LOOKAHEAD, "global-gc": UNTESTED_GC}
     summary = ("SCAFFOLD: server control variate c sent with theta, clients' delta-c_i "
@@ -105,6 +106,10 @@ class ScaffoldRule(momentum.MomentumRule):
 
         return {C_RECORD: ArrayRecord(self.c)}
 
+    def up_centers(self) -> dict:
+        # delta-c_i = -c + (phi - w_K) / (K_eff lr): its norm from -c is client i's drift
+        return {DELTA_C_RECORD: {k: -v for k, v in self.c.items()}}
+
     def aggregate(self, server_round: int, good: list, phi: dict, up: list):
         import torch
 
@@ -120,7 +125,7 @@ class ScaffoldRule(momentum.MomentumRule):
         scale = len(good) / self.num_clients  # |S| / N
         keys = self.param_names
         for w, records in zip(weights, up):
-            delta = records[DELTA_C_RECORD].to_torch_state_dict()
+            delta = records[DELTA_C_RECORD]
             torch._foreach_add_([self.c[k] for k in keys], [delta[k] for k in keys],
                                 alpha=scale * w)
         return arrays, None

@@ -147,8 +147,8 @@ another value on the command line wins (`method`, `lr`, `num-server-rounds`, `da
 its default value keeps the set-up's value. `method` defaults to `auto` (the set-up's method;
 `fedacg` without a set-up). The federation size is not a run-config value: pass the
 `num-supernodes` of the table (the server warns when the number of connected nodes differs).
-The app's limits on one reply's influence that change honest rounds (`update-norm-ratio`,
-`update-clip-ratio`, `num-examples-ratio`; [security](security.md)) are off in every set-up, as
+The app's ratio limits on one reply's influence (`update-norm-ratio`, `update-clip-ratio`,
+`record-norm-ratio`, `num-examples-ratio`; [security](security.md)) are off in every set-up, as
 the papers' servers apply every update as it came. A set-up's `row-config` holds values for one
 method's row only (GC-Fed's tables clip FedDyn alone, at norm 10, as its authors' code does). A
 set-up never sets the keys a method sets (`lam`, `beta`, `local-gc`, ...), so every method runs

@@ -243,12 +243,16 @@ KEYS: tuple[Key, ...] = (
         "docs/performance.md#many-clients); false = Flower's own poll, whose "
         "cost grows with nodes x messages in flight.", "federation", resume_may_differ=True),
     # --- robustness: what one client can do to the model (docs/security.md) ---
-    Key("update-norm-ratio", float, 10.0, "Drop a train reply whose update norm (of w_i - phi) "
+    Key("update-norm-ratio", float, 30.0, "Drop a train reply whose update norm (of w_i - phi) "
         "exceeds this many times the median update norm of the round's replies; 0 = off.",
         "robustness", low=0.0),
-    Key("update-clip-ratio", float, 2.0, "Scale a train reply's update (w_i - phi) down to this "
-        "many times the median update norm of the round's replies where it is longer; 0 = off.",
+    Key("update-clip-ratio", float, 0.0, "Scale a train reply's update (w_i - phi) down to this "
+        "many times the median update norm of the round's replies where it is longer; 0 = off "
+        "(honest updates reach 15x the median: docs/security.md#honest-runs).",
         "robustness", low=0.0),
+    Key("record-norm-ratio", float, 30.0, "Drop a train reply whose extra record (e.g. "
+        "SCAFFOLD's scaffold-dc, FedDC's feddc-dg) has a norm above this many times the median "
+        "norm of the same record in the round's replies; 0 = off.", "robustness", low=0.0),
     Key("num-examples-ratio", float, 10.0, "Weigh a reply's claimed num-examples at most this "
         "many times the median claim of the round's replies; 0 = off.", "robustness", low=0.0),
     Key("num-examples-check", bool, True, "Weigh a reply's claimed num-examples at most as the "

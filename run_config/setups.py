@@ -23,7 +23,8 @@ paper ran), the paper's names otherwise (`moon`, ...).
 
 A set-up reproduces a paper, whose server applies every update as it came: the influence limits
 that the app's defaults put on replies (`update-norm-ratio`, `update-clip-ratio`,
-`num-examples-ratio`; docs/security.md) are off (0) in every set-up unless its file sets them.
+`record-norm-ratio`, `num-examples-ratio`; docs/security.md) are off (0) in every set-up unless
+its file sets them.
 They change honest rounds where clients run very different numbers of local steps (GC-Fed's
 unbalanced LDA splits), and they would part the server's state from the clients' in SCAFFOLD,
 FedDyn and FedDC, whose clients build their state from the update before the server limits it.
@@ -48,7 +49,8 @@ _FIELDS = {"paper", "description", "method", "federation", "run-config", "row-co
            "reported"}
 _REQUIRED = ("paper", "method", "federation", "run-config", "reported")
 # the papers' servers limit no reply: these defaults of the app are off in a set-up
-PAPER_SERVER = {"update-norm-ratio": 0.0, "update-clip-ratio": 0.0, "num-examples-ratio": 0.0}
+PAPER_SERVER = {"update-norm-ratio": 0.0, "update-clip-ratio": 0.0, "record-norm-ratio": 0.0,
+                "num-examples-ratio": 0.0}
 
 
 class SetupError(ConfigError):

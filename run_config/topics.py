@@ -48,9 +48,9 @@ TOPICS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("Robustness",
      "How far one client can move the model: outlier and weight caps, robust aggregators and "
      "server-side differential privacy ([security](security.md)).",
-     ("update-norm-ratio", "update-clip-ratio", "num-examples-ratio", "num-examples-check",
-      "robust-aggregator", "trim-fraction", "num-malicious", "multikrum-select",
-      "dp-clipping-norm", "dp-noise-multiplier")),
+     ("update-norm-ratio", "update-clip-ratio", "record-norm-ratio", "num-examples-ratio",
+      "num-examples-check", "robust-aggregator", "trim-fraction", "num-malicious",
+      "multikrum-select", "dp-clipping-norm", "dp-noise-multiplier")),
     ("Outputs",
      "Evaluation, the summary's numbers, run folders, checkpoints and resume "
      "([results](results.md), [reporting](algorithms.md#reporting)).",

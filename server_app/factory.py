@@ -12,6 +12,7 @@ from feddata.population import ClientPopulation
 from methods.registry import parse_objective
 from strategies.client_state import ClientStateRounds
 from strategies.nodes import Nodes
+from strategies.reply_screen import record_layouts
 from strategies.round_loop import MethodStrategy
 
 
@@ -34,7 +35,9 @@ def build_strategy(cfg: dict[str, Any], model: nn.Module, **fedavg_kwargs) -> Me
         rule, nodes=nodes, client_state=client_state, lr=cfg["lr"], lr_decay=cfg["lr-decay"],
         min_train_clients=cfg["min-train-clients"], max_update_norm=cfg["max-update-norm"],
         update_norm_ratio=cfg["update-norm-ratio"], num_examples_ratio=cfg["num-examples-ratio"],
-        update_clip_ratio=cfg["update-clip-ratio"],
+        update_clip_ratio=cfg["update-clip-ratio"], record_norm_ratio=cfg["record-norm-ratio"],
+        # what the rule's reply records must hold
+        up_records=record_layouts(rule.up, model.named_parameters(), model.state_dict()),
         fraction_train=cfg["fraction-train"], fraction_evaluate=cfg["fraction-evaluate"],
         min_train_nodes=cfg["min-train-nodes"], min_evaluate_nodes=cfg["min-evaluate-nodes"],
         min_available_nodes=cfg["min-train-nodes"],

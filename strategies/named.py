@@ -30,6 +30,7 @@ from run_config.schema import KEYS_BY_NAME
 from run_config.topics import TOPICS
 
 from .nodes import Nodes
+from .reply_screen import record_layouts
 from .round_loop import MethodStrategy
 
 PREFIX = methods.parts.CONFIG_PREFIX  # the train config's keys that carry the method
@@ -79,7 +80,7 @@ class Method(MethodStrategy):
         clients' learning rate, then sent in every train instruction as 'lr' (times
         lr_decay^(t-1)); without it, the 'lr' of `start`'s `train_config` is the one the
         server rules that use it (SCAFFOLD, FedCM, FedDC) read. The screening of replies is
-        the app's (docs/security.md), except `update_clip_ratio`, off (0) unless given.
+        the app's (docs/security.md), its extra records' included.
     """
 
     def __init__(
@@ -141,9 +142,7 @@ class Method(MethodStrategy):
             lr=cfg["lr"], lr_decay=cfg["lr-decay"], min_train_clients=cfg["min-train-clients"],
             max_update_norm=cfg["max-update-norm"], update_norm_ratio=cfg["update-norm-ratio"],
             num_examples_ratio=cfg["num-examples-ratio"],
-            # off unless asked for: the clients of an app of one's own may take different
-            # numbers of local steps, and honest updates then differ in norm by more than 2x
-            update_clip_ratio=self.settings.get("update-clip-ratio", 0.0),
+            update_clip_ratio=cfg["update-clip-ratio"], record_norm_ratio=cfg["record-norm-ratio"],
             uplink=codec.decoder(cfg) if codec else None,
             fraction_train=fraction_train, fraction_evaluate=fraction_evaluate,
             min_train_nodes=min_train_nodes, min_evaluate_nodes=min_evaluate_nodes,
@@ -193,7 +192,8 @@ class Method(MethodStrategy):
             cfg["lr"] = float(given["lr"])
         elif not lr_known:
             del cfg["lr"]  # a rule that reads it fails below, with the fix
-        layout = ModelLayout.from_arrays(arrays.to_torch_state_dict(), self.classifier)
+        state = arrays.to_torch_state_dict()
+        layout = ModelLayout.from_arrays(state, self.classifier)
         try:
             classifier = list(layout.classifier_names)
         except ValueError as err:
@@ -212,6 +212,8 @@ class Method(MethodStrategy):
                              "ConfigRecord({'lr': ...}))") from None
         except ValueError as err:
             raise ValueError(f"{name}: {err}") from None
+        # what its reply records must hold (SCAFFOLD's scaffold-dc: one tensor per parameter)
+        self.up_records = record_layouts(self.rule.up, layout.named_parameters(), state)
         sent = {**self.settings, **({"lr": cfg["lr"]} if lr_known else {})}
         self.client_config = {PREFIX + "name": self.method,
                               **{PREFIX + k: v for k, v in sent.items()}}

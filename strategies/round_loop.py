@@ -1,17 +1,18 @@
 """The strategy: Flower's round loop around a method's parts (one class for every method).
 
 Each train round: sample nodes (`nodes`), broadcast the server rule's phi and its extra records,
-screen the replies (`reply_screen`), hand the good ones to the server rule, which returns the
-next theta (docs/algorithms.md #server-round). A round with fewer than `min_train_clients` good
-replies is skipped. `start` is Flower's `Strategy.start` loop, resumable from `state_dict()`.
-The server maths lives in the server rule (`methods`) and in `server_update` (plain PyTorch).
+screen the replies and the extra records the rule needs (`reply_screen`), hand the good ones to
+the server rule, which returns the next theta (docs/algorithms.md #server-round). A round with
+fewer than `min_train_clients` good replies is skipped. `start` is Flower's `Strategy.start`
+loop, resumable from `state_dict()`. The server maths lives in the server rule (`methods`) and
+in `server_update` (plain PyTorch).
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from logging import INFO, WARNING
 from typing import Any
 
@@ -59,7 +60,8 @@ class MethodStrategy(RoundConfig, FedAvg):
     def __init__(self, rule, *, nodes: Nodes | None = None, lr: float = 0.1,
                  lr_decay: float = 1.0, min_train_clients: int = 1, max_update_norm: float = 0.0,
                  update_norm_ratio: float = 10.0, num_examples_ratio: float = 10.0,
-                 update_clip_ratio: float = 0.0, client_state=None, uplink=None,
+                 update_clip_ratio: float = 0.0, record_norm_ratio: float = 0.0,
+                 up_records: Mapping | None = None, client_state=None, uplink=None,
                  **fedavg_kwargs) -> None:
         fedavg_kwargs.setdefault("min_available_nodes", fedavg_kwargs.get("min_train_nodes", 2))
         super().__init__(**fedavg_kwargs)
@@ -74,6 +76,14 @@ class MethodStrategy(RoundConfig, FedAvg):
         # honest claim of num-examples is above it; 0 = unknown, claims are not checked.
         self.max_num_examples = 0.0
         self.update_clip_ratio = update_clip_ratio
+        # The rule's extra reply records: name -> the layout declared for it (reply_screen.
+        # record_layouts), and the records whose norm is limited by record-norm-ratio.
+        if rule is not None and rule.up and set(up_records or {}) != set(rule.up):
+            raise ValueError(f"server rule '{rule.name}' needs the records {list(rule.up)}: give "
+                             "their layouts (up_records = reply_screen.record_layouts(rule.up, "
+                             "model.named_parameters(), model.state_dict()))")
+        self.up_records = dict(up_records or {})
+        self.record_norm_ratio = record_norm_ratio
         self._theta_record: ArrayRecord | None = None  # the record theta was last returned as
         self._phi = None  # the last broadcast point, name -> tensor (screening measures from it)
         self._sent: list[Message] = []  # the current train round's instructions
@@ -219,17 +229,19 @@ class MethodStrategy(RoundConfig, FedAvg):
         replies = list(replies)
         if self.client_state:  # a client lacks the state the run continues from: stop
             self.client_state.check_errors(replies)
-        if self.uplink is not None:  # w_i = phi + Q(d_i), before anything looks at the models
-            self.uplink.decode_replies(replies, self._phi)
-        up = self._take_up_records(replies)  # screening sees the model alone
+        undecodable = {}  # w_i = phi + Q(d_i), before anything looks at the models
+        if self.uplink is not None:
+            undecodable = self.uplink.decode_replies(replies, self._phi)
         screened = screen_replies(server_round, replies, self._sent, self._phi,
                                   self.weighted_by_key, self.max_update_norm,
-                                  self.nodes.describe, self.nodes.order_key)
+                                  self.nodes.describe, self.nodes.order_key,
+                                  records=self.up_records, centers=self.rule.up_centers(),
+                                  metrics=self.rule.up_metrics, undecodable=undecodable)
         limit_influence(server_round, screened, self._phi, *self.influence, self.nodes.describe,
-                        max_weight=self.max_num_examples, clip_ratio=self.update_clip_ratio)
+                        max_weight=self.max_num_examples, clip_ratio=self.update_clip_ratio,
+                        record_ratio=self.record_norm_ratio,
+                        records=[n for n, r in self.rule.up.items() if r.limit_norm])
         counts = screened.counts
-        if self.rule.up:
-            self._drop_without_up_records(server_round, screened, up)
         log(INFO, "aggregate_train: %d good replies; %d errors, %d timeouts, %d dropped",
             counts["replies"], counts["errors"], counts["timeouts"], counts["dropped"])
         arrays, skip = None, None
@@ -240,7 +252,8 @@ class MethodStrategy(RoundConfig, FedAvg):
             self.rule.num_clients = self.nodes.num_slots  # N: the partitions of the federation
             self.rule.client_ids = self._partitions_of(screened.good)
             arrays, skip = self.rule.aggregate(server_round, screened.good, self._phi,
-                                               [up.get(id(m), {}) for m, _, _ in screened.good])
+                                               [screened.up.get(id(m), {})
+                                                for m, _, _ in screened.good])
         if skip is not None:
             log(WARNING, "round %d skipped (%s): the model and the server state are unchanged",
                 server_round, skip)
@@ -268,35 +281,6 @@ class MethodStrategy(RoundConfig, FedAvg):
                 "partition-id", self.nodes.partition_of.get(msg.metadata.dst_node_id))
             sent[msg.metadata.message_id] = None if pid is None else int(pid)
         return [sent.get(msg.metadata.reply_to_message_id) for msg, _, _ in good]
-
-    def _take_up_records(self, replies: list[Message]) -> dict[int, dict[str, ArrayRecord]]:
-        """Remove the server rule's extra records (`rule.up`) from the replies: reply id -> them.
-        They were counted by the byte meter when the replies arrived."""
-        found: dict[int, dict[str, ArrayRecord]] = {}
-        for msg in replies:
-            if self.rule.up and not msg.has_error():
-                records = msg.content.array_records
-                found[id(msg)] = {n: records[n] for n in self.rule.up if n in records}
-                for name in found[id(msg)]:
-                    del msg.content[name]
-        return found
-
-    def _drop_without_up_records(self, server_round: int, screened, up: dict) -> None:
-        """Good replies that lack one of the rule's records are dropped and counted."""
-        kept = []
-        for item in screened.good:
-            missing = [n for n in self.rule.up if n not in up.get(id(item[0]), {})]
-            if missing:
-                node = item[0].metadata.src_node_id
-                log(WARNING, "round %d: dropped the reply of %s: it lacks the record(s) %s of "
-                    "server rule '%s'", server_round, self.nodes.describe(node), missing,
-                    self.rule.name)
-                screened.counts["dropped"] += 1
-                screened.counts["dropped-payload"] = screened.counts.get("dropped-payload", 0) + 1
-            else:
-                kept.append(item)
-        screened.good = kept
-        screened.counts["replies"] = len(kept)
 
     # --- federated evaluation: same sampling, screened replies ------------------------------
     def configure_evaluate(

@@ -1,11 +1,15 @@
 """Poisoning attacks on an in-process digits federation (FakeGrid + the real ServerApp and
-ClientApp), for tests/test_attacks.py and the table of docs/security.md:
+ClientApp), for tests/test_attacks.py and the tables of docs/security.md:
 
     python tests/attacks.py            # prints the markdown tables (all aggregators, both set-ups)
     python tests/attacks.py 2-of-10    # one set-up
+    python tests/attacks.py --stateful [1-of-5|2-of-10]   # the stateful methods' tables
 
 Malicious nodes are the last ones (1 of 5: node 4; 2 of 10: nodes 8 and 9). Each attack changes
 what they reply to train instructions; `u` is the update an honest node would send (w - phi).
+The rest of the reply (its metrics, a method's extra records) is the honest one unless the
+attack changes it: the record attacks change every extra record the reply carries (SCAFFOLD's
+`scaffold-dc`, FedDC's `feddc-dg`), `steps-tiny` the `local-steps` metric FedCM's server reads.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import time
 from pathlib import Path
 
 import torch
-from flwr.app import Context, Message, RecordDict
+from flwr.app import ArrayRecord, Context, Message, RecordDict
 
 ROOT = Path(__file__).resolve().parents[1]
 for p in (str(ROOT), str(ROOT / "tests")):
@@ -27,7 +31,6 @@ for p in (str(ROOT), str(ROOT / "tests")):
         sys.path.insert(0, p)
 
 from fakegrid import FakeGrid, client_app_handler  # noqa: E402
-from strategy_helpers import reply  # noqa: E402
 
 ATTACKS = {
     "clean": "no attack",
@@ -40,6 +43,16 @@ ATTACKS = {
     "label-flip": "trains honestly on labels y -> 9 - y",
     "sybil": "the malicious nodes send one identical reply phi - 3 u, each duplicated",
 }
+RECORD_ATTACKS = {  # on a method's extra reply records (the issue's four cases, and a scaling)
+    "record-nan": "every value of its extra records NaN",
+    "record-1e30": "every value of its extra records 1e30",
+    "record-1e3": "its extra records scaled by 1e3",
+    "record-shape": "one tensor of each extra record of the wrong shape",
+    "record-key": "one key missing from each extra record",
+    "steps-tiny": "claims local-steps = 1e-300 (FedCM divides by it)",
+}
+# The stateful and extra-payload methods, each under its preset (docs/security.md)
+STATEFUL = ("scaffold", "feddyn", "feddc", "fedcm", "fedvarp", "moon")
 SETUPS = {"1-of-5": (5, [4]), "2-of-10": (10, [8, 9])}
 AGGREGATORS = {  # column -> run-config overrides (f as large as each rule allows here)
     "defaults": {},
@@ -81,6 +94,32 @@ def _flipped_labels(real, i, msg):
         capp.load_prepared_partition = original
 
 
+def replaced(out: Message, model: dict, n: float) -> Message:
+    """The honest reply `out` with its model and num-examples replaced (its other metrics and
+    records kept)."""
+    out.content["arrays"] = ArrayRecord({k: v.clone() for k, v in model.items()})
+    out.content["metrics"]["num-examples"] = n
+    return out
+
+
+def bad_record(attack: str, record: ArrayRecord) -> ArrayRecord:
+    """One of RECORD_ATTACKS on one extra record."""
+    state = {k: v.clone() for k, v in record.to_torch_state_dict().items()}
+    first, last = next(iter(state)), list(state)[-1]
+    if attack == "record-nan":
+        state = {k: torch.full_like(v, float("nan")) for k, v in state.items()}
+    elif attack == "record-1e30":
+        state = {k: torch.full_like(v, 1e30) for k, v in state.items()}
+    elif attack == "record-1e3":
+        state = {k: v * 1e3 for k, v in state.items()}
+    elif attack == "record-shape":
+        t = state[first]
+        state[first] = t.reshape(-1) if t.dim() > 1 else torch.cat([t, t[:1]])
+    elif attack == "record-key":
+        del state[last]
+    return ArrayRecord(state)
+
+
 def attack_handler(attack: str, real, bad: list[int]):
     shared = {}
 
@@ -92,6 +131,13 @@ def attack_handler(attack: str, real, bad: list[int]):
         if attack == "crash":  # not an attack: the malicious nodes fail (tests compare with it)
             raise RuntimeError("malicious node crashed")
         out = real(i, msg)
+        if attack == "steps-tiny":
+            out.content["metrics"]["local-steps"] = 1e-300
+            return out
+        if attack.startswith("record-"):
+            for name in [k for k in out.content.array_records if k != "arrays"]:
+                out.content[name] = bad_record(attack, out.content[name])
+            return out
         phi = msg.content["arrays"].to_torch_state_dict()
         w = out.content["arrays"].to_torch_state_dict()
         n = out.content["metrics"]["num-examples"]
@@ -102,24 +148,24 @@ def attack_handler(attack: str, real, bad: list[int]):
             return {k: phi[k] + scale * u[k] if f[k] else w[k] for k in phi}
 
         if attack == "sign-flip":
-            return reply(model(-1.0), n)
+            return replaced(out, model(-1.0), n)
         if attack.startswith("scale-"):
-            return reply(model(float(attack.split("-")[1])), n)
+            return replaced(out, model(float(attack.split("-")[1])), n)
         if attack == "examples-1e308x2":
-            return reply(model(-1.0), 1e308)
+            return replaced(out, model(-1.0), 1e308)
         if attack.startswith("examples-"):  # examples-<claim>: 1e18 in the table
-            return reply(model(-1.0), float(attack.split("-")[1]))
+            return replaced(out, model(-1.0), float(attack.split("-")[1]))
         if attack == "nan-inf":
             bad_w = model(1.0)
             keys = [k for k in phi if f[k]]
             bad_w[keys[0]].view(-1)[0] = float("nan")
             bad_w[keys[-1]].view(-1)[-1] = float("inf")
-            return reply(bad_w, n)
+            return replaced(out, bad_w, n)
         if attack == "sybil":
             rnd = msg.content["config"]["server-round"]
             if rnd not in shared:
                 shared[rnd] = model(-3.0)
-            return reply(shared[rnd], n)
+            return replaced(out, shared[rnd], n)
         raise ValueError(attack)
 
     return handler
@@ -134,8 +180,9 @@ def largest_partition(setup: str, **extra) -> int:
 
 
 def run_attack(attack: str, setup: str, aggregator: str = "defaults", out_dir: Path | None = None,
-               **extra) -> dict:
-    """One run; returns {'acc': final test accuracy, 'theta': final model, 'rounds': rows}."""
+               state: bool = False, **extra) -> dict:
+    """One run; returns {'acc': final test accuracy, 'theta': final model, 'rounds': rows} and,
+    with `state`, 'state': the server rule's state at the end (from the run's checkpoint)."""
     import server_app.app as server
     from flwr.supercore.task_identity import TaskIdentity
 
@@ -147,6 +194,8 @@ def run_attack(attack: str, setup: str, aggregator: str = "defaults", out_dir: P
                      else v) for k, v in AGGREGATORS[aggregator].items()}
     folder = Path(out_dir or tempfile.mkdtemp(prefix="attack-"))
     rc = {**BASE, "out-dir": str(folder), "run-name": "run", **overrides, **extra}
+    if state:  # a checkpoint after the last round holds the server state
+        rc["checkpoint-every"] = rc["num-server-rounds"]
     handler = attack_handler(attack, client_app_handler(rc, num_nodes), bad)
     grid = DuplicatingGrid(num_nodes, handler)
     grid.twice = set(bad) if attack in ("examples-1e308x2", "sybil") else set()
@@ -159,26 +208,58 @@ def run_attack(attack: str, setup: str, aggregator: str = "defaults", out_dir: P
         torch.set_num_threads(threads)
     results = json.loads((folder / "run" / "results.json").read_text())
     theta = torch.load(folder / "run" / "final_model.pt", weights_only=True)
+    out = {"acc": results["summary"]["final-test-acc"], "theta": theta,
+           "rounds": results["rounds"]}
+    if state:
+        from server_app.checkpoint import load_checkpoint
+
+        out["state"] = load_checkpoint(folder / "run" / "checkpoint.pt")["strategy"]
     if out_dir is None:  # a folder of our own: nothing in it is needed any more
         shutil.rmtree(folder, ignore_errors=True)
-    return {"acc": results["summary"]["final-test-acc"], "theta": theta,
-            "rounds": results["rounds"]}
+    return out
 
 
-def table(echo: bool = False, setups=tuple(SETUPS)) -> str:
+def tensors_of(state, path: str = "") -> dict:
+    """Every tensor in a (nested) server state: path -> tensor."""
+    if isinstance(state, torch.Tensor):
+        return {path: state}
+    items = state.items() if isinstance(state, dict) else \
+        enumerate(state) if isinstance(state, (list, tuple)) else ()
+    return {k: v for key, value in items for k, v in tensors_of(value, f"{path}/{key}").items()}
+
+
+def non_finite(state) -> list[str]:
+    """The tensors of a server state that hold NaN or Inf."""
+    return [k for k, v in tensors_of(state).items()
+            if v.is_floating_point() and not torch.isfinite(v).all()]
+
+
+def has_records(method: str) -> bool:
+    """Whether the method's server rule reads extra reply records (its `up`)."""
+    import methods
+
+    return bool(methods.SERVER_RULES[methods.preset_of(method)["server-rule"]].up)
+
+
+def applies(attack: str, method: str) -> bool:
+    """Whether an attack changes anything for a method: record attacks need extra records,
+    `steps-tiny` a server that reads local-steps (FedCM)."""
+    if attack.startswith("record-"):
+        return has_records(method)
+    return attack != "steps-tiny" or method == "fedcm"
+
+
+def grid(title: str, rows, columns, cell, echo: bool = False, setups=tuple(SETUPS)) -> str:
+    """A markdown table per set-up: one row per attack, `cell(attack, setup, column)` each."""
     lines = []
     for setup in setups:
-        lines += [f"**{setup} clients malicious** (final test accuracy, digits, fedacg, "
-                  f"{BASE['num-server-rounds']} rounds)", "",
-                  "| attack | " + " | ".join(AGGREGATORS) + " |",
-                  "| --- " * (len(AGGREGATORS) + 1) + "|"]
+        lines += [f"**{setup} clients malicious** ({title}, {BASE['num-server-rounds']} rounds)",
+                  "", "| attack | " + " | ".join(columns) + " |",
+                  "| --- " * (len(columns) + 1) + "|"]
         if echo:
             print("\n".join(lines[-4:]), flush=True)
-        for attack in ATTACKS:
-            cells = []
-            for agg in AGGREGATORS:
-                res = run_attack(attack, setup, agg)
-                cells.append(f"{res['acc']:.3f}")
+        for attack in rows:
+            cells = [cell(attack, setup, column) for column in columns]
             lines.append(f"| {attack} | " + " | ".join(cells) + " |")
             if echo:
                 print(lines[-1], flush=True)
@@ -186,10 +267,37 @@ def table(echo: bool = False, setups=tuple(SETUPS)) -> str:
     return "\n".join(lines)
 
 
+def table(echo: bool = False, setups=tuple(SETUPS)) -> str:
+    """Final test accuracy of fedacg under each attack and each aggregator."""
+    return grid("final test accuracy, digits, fedacg", ATTACKS, AGGREGATORS,
+                lambda attack, setup, agg: f"{run_attack(attack, setup, agg)['acc']:.3f}",
+                echo, setups)
+
+
+def stateful_cell(attack: str, setup: str, method: str) -> str:
+    if not applies(attack, method):
+        return "-"
+    res = run_attack(attack, setup, state=True, method=method)
+    bad = non_finite(res["state"]) + non_finite(res["theta"])
+    return f"{res['acc']:.3f}" + (" NON-FINITE" if bad else "")
+
+
+def stateful_table(echo: bool = False, setups=tuple(SETUPS)) -> str:
+    """Final test accuracy of each stateful method (its preset) under each attack, default
+    limits; a cell is marked `NON-FINITE` when any tensor of the server's state is (none is);
+    `-` where the attack changes nothing for the method. Row `crash`: the malicious nodes fail."""
+    return grid("final test accuracy, digits, each method's preset, default limits",
+                ["crash", *ATTACKS, *RECORD_ATTACKS], STATEFUL, stateful_cell, echo, setups)
+
+
 if __name__ == "__main__":
     import logging
 
     logging.getLogger("flwr").setLevel(logging.ERROR)
     t = time.time()
-    table(echo=True, setups=sys.argv[1:] or tuple(SETUPS))  # e.g. python tests/attacks.py 1-of-5
+    args = sys.argv[1:]
+    if args[:1] == ["--stateful"]:  # python tests/attacks.py --stateful [1-of-5]
+        stateful_table(echo=True, setups=args[1:] or tuple(SETUPS))
+    else:  # e.g. python tests/attacks.py 1-of-5
+        table(echo=True, setups=args or tuple(SETUPS))
     print(f"({time.time() - t:.0f} s)")

@@ -12,7 +12,10 @@ from __future__ import annotations
 import torch
 from flwr.app import ArrayRecord, MetricRecord
 
-from methods import ClientPart, Method, ServerRule, register
+from methods import ClientPart, Method, ServerRule, UpRecord, register
+
+# what the reply record holds: the server screens it against this before the rule reads it
+DRIFT = {"drift": UpRecord({"drift": ((1,), "float32")})}
 
 
 class CoordinateMedian(ServerRule):
@@ -20,7 +23,7 @@ class CoordinateMedian(ServerRule):
 
     name = "coordinate-median"
     down = ("anchor",)
-    up = ("drift",)
+    up = DRIFT
     supports = frozenset({"resume"})
     summary = "coordinate-wise median of the client models (test method)"
 
@@ -68,7 +71,7 @@ class AnchorPull(ClientPart):
 
     name = "anchor-pull"
     down = ("anchor",)
-    up = ("drift",)
+    up = DRIFT
     client_state = True
     gamma = 0.5
 

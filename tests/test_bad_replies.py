@@ -156,8 +156,9 @@ def test_check_update_names_the_tensor_and_the_norm():
     assert update_norm(huge, phi) == pytest.approx(1e6 * 5 ** 0.5)
     with pytest.raises(BadUpdate, match="max-update-norm = 1000"):
         check_update(reply(huge, 3), phi, "num-examples", max_norm=1000.0)
-    model, n = check_update(reply(huge, 3), phi, "num-examples")  # no limit: accepted
+    model, n, norm = check_update(reply(huge, 3), phi, "num-examples")  # no limit: accepted
     assert n == 3.0 and torch.equal(model["fc.bias"], huge["fc.bias"])
+    assert norm == update_norm(huge, phi)  # the norm measured once, for the influence limits
 
 
 def run_app(tmp_path, num_nodes, handler_wrapper, **overrides):
@@ -200,3 +201,22 @@ def test_the_app_survives_failures_and_records_them(tmp_path, method):
     # skipped rounds 2 and 3 evaluate the very model of round 1
     assert rows[1]["test-loss"] == rows[2]["test-loss"] == rows[3]["test-loss"]
     assert rows[1]["test-loss"] < rows[0]["test-loss"]  # round 1 trained
+
+
+@pytest.mark.parametrize("steps", [float("nan"), float("inf"), -1, 2.5, 1e-300, [3], None])
+def test_a_metric_the_rule_reads_is_screened(steps):
+    """FedCM divides by its clients' local-steps: a reply without a whole number >= 0 there is
+    dropped before the rule sees it (`up_metrics`); 0, 3 and 3.0 pass."""
+    from methods.fedcm import FedCMRule
+
+    phi = random_state(1)
+    content = reply(phi, 3)
+    if steps is not None:
+        content["metrics"]["local-steps"] = steps
+    with pytest.raises(BadUpdate, match="metric 'local-steps' = .*, expected a finite whole "
+                       "number in \\[0, inf\\]") as err:
+        check_update(content, phi, "num-examples", metrics=FedCMRule.up_metrics)
+    assert err.value.reason == "malformed"
+    for good in (0, 3, 3.0):
+        content["metrics"]["local-steps"] = good
+        check_update(content, phi, "num-examples", metrics=FedCMRule.up_metrics)

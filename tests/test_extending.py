@@ -124,3 +124,61 @@ def test_the_method_table_lists_it():
 
     assert "| `median-anchor` |" in methods()
     assert "coordinate-median" in resolve({"method": "median-anchor"})["server-rule"]
+
+
+def test_a_record_must_say_what_it_holds(median_method):
+    """A part or rule whose `up` names a record without saying what it holds is refused when it
+    is registered (the server could not screen it); a client part that declares a record unlike
+    the rule that reads it is refused by the config check."""
+    from methods import ClientPart, ServerRule, UpRecord
+    from methods.registry import RegistryError
+
+    class Bare(ServerRule):
+        name, up = "bare-records", ("drift",)
+
+    with pytest.raises(RegistryError, match=r"Bare.up = \('drift',\): map each name to a "
+                       r"methods.UpRecord"):
+        methods.register(Bare)
+
+    class Loose(ServerRule):
+        name, up_metrics = "loose-metrics", {"local-steps": (0, 1)}
+
+    with pytest.raises(RegistryError, match="Loose.up_metrics .* methods.ReplyMetric"):
+        methods.register(Loose)
+
+    class OtherDrift(ClientPart):  # sends 'drift' as one tensor per parameter
+        name, up = "other-drift", {"drift": UpRecord()}
+
+    methods.register(OtherDrift)
+    try:
+        with pytest.raises(ConfigError, match="client part 'other-drift' declares its record "
+                           "'drift' as UpRecord\\(holds='parameters'.*server-rule "
+                           "'coordinate-median' as UpRecord\\(holds=\\{'drift'"):
+            resolve({"method": "median-anchor", "client-objective": "other-drift"})
+    finally:
+        methods.unregister(OtherDrift)
+    assert "bare-records" not in methods.SERVER_RULES
+
+
+def test_its_record_is_screened_as_declared(median_method, tmp_path):
+    """The worked example's 'drift' record ((1,), float32): a reply whose drift has another
+    shape or dtype, or NaN, is dropped whole (the rule never sees it); the others are kept."""
+    from strategies.reply_screen import BadUpdate, check_record, record_layouts
+
+    model = torch.nn.Linear(2, 2)
+    layout = record_layouts(median_method.DRIFT, model.named_parameters(),
+                            model.state_dict())["drift"]
+    from flwr.app import ArrayRecord
+
+    views, norm = check_record("drift", ArrayRecord({"drift": torch.tensor([-0.5])}), layout)
+    assert norm == 0.5 and views["drift"].tolist() == [-0.5]
+    _, norm = check_record("drift", ArrayRecord({"drift": torch.tensor([-0.5])}), layout,
+                           center={"drift": torch.tensor([1.0])})
+    assert norm == 1.5  # measured from the rule's center (up_centers)
+    for bad, reason in ((torch.tensor([0.5, 0.5]), "shape"), (torch.tensor([1], dtype=torch.int64),
+                        "dtype"), (torch.tensor([float("nan")]), "non-finite")):
+        with pytest.raises(BadUpdate) as err:
+            check_record("drift", ArrayRecord({"drift": bad}), layout)
+        assert err.value.reason == reason and err.value.detail.startswith("record 'drift': ")
+    with pytest.raises(BadUpdate, match="missing \\['drift'\\], extra \\['x'\\]"):
+        check_record("drift", ArrayRecord({"x": torch.zeros(1)}), layout)

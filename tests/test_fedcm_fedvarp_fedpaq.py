@@ -166,6 +166,48 @@ def test_decoder_refuses_what_is_not_an_encoding():
             dec.decode(ArrayRecord(bad), phi)
 
 
+def test_no_malformed_uplink_reply_makes_the_decoder_raise():
+    """Replies that are not encodings (garbage bytes, codes of another dtype or size, NaN or
+    string arrays, the norms missing or too few, a record too many) are marked with why and left
+    for the screen to drop (as malformed); a good encoding among them is decoded."""
+    from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
+
+    phi = {"w": torch.zeros(3), "b": torch.zeros(2)}
+    dec = UplinkDecoder({"uplink-bits": 2, "uplink-tensors": "all"})
+    codes = {"w": pack_codes(torch.tensor([2, -1, 0]), 2),
+             "b": pack_codes(torch.tensor([1, 0]), 2)}
+    norms = torch.tensor([3.0, 1.0])
+    import numpy as np
+
+    def arrays(**values):  # an ArrayRecord of any Arrays, as a client could send
+        return ArrayRecord({k: v if isinstance(v, Array) else Array(np.asarray(v))
+                            for k, v in values.items()})
+
+    garbage = arrays(w=Array(dtype="float32", shape=(3,), stype="numpy.ndarray", data=b"junk"),
+                     b=codes["b"].numpy(), **{"fedpaq.norms": norms.numpy()})
+    text = arrays(w=np.array(["a", "b", "c"]), b=codes["b"].numpy(),
+                  **{"fedpaq.norms": norms.numpy()})
+    records = [
+        ArrayRecord({**codes, "fedpaq.norms": norms}),  # the good one
+        garbage, text,
+        ArrayRecord({**codes}),  # no norms
+        ArrayRecord({**codes, "fedpaq.norms": norms, "extra": torch.zeros(1)}),
+        ArrayRecord({"w": codes["w"].float().fill_(float("nan")), "b": codes["b"],
+                     "fedpaq.norms": norms}),
+        ArrayRecord({"w": codes["w"][:1], "b": codes["b"], "fedpaq.norms": norms}),
+        ArrayRecord({"w": codes["w"], "b": codes["b"], "fedpaq.norms": norms[:1]}),
+        arrays(w=codes["w"].numpy(), b=codes["b"].numpy(),
+               **{"fedpaq.norms": np.array([3.0 + 1j, 1.0])}),  # complex norms
+    ]
+    replies = [Message(RecordDict({"arrays": r, "metrics": MetricRecord({"num-examples": 1})}),
+                       dst_node_id=i + 1, message_type="train") for i, r in enumerate(records)]
+    failed = dec.decode_replies(replies, phi)
+    assert torch.equal(replies[0].content["arrays"].to_torch_state_dict()["w"],
+                       torch.tensor([3.0, -1.5, 0.0]))
+    assert set(failed) == {id(m) for m in replies[1:]}, failed
+    assert all("not an uplink-bits = 2 encoding" in why for why in failed.values())
+
+
 # --- FedCM -------------------------------------------------------------------------------------
 def test_fedcm_gradient_hand_value():
     g, delta = [torch.tensor([1.0, -2.0])], [torch.tensor([10.0, 20.0])]
@@ -179,7 +221,8 @@ def fedcm_rule(**keys):
 
 
 def reply(steps):
-    return SimpleNamespace(content={"metrics": {"local-steps": steps}})
+    return SimpleNamespace(content=SimpleNamespace(
+        metric_records={"metrics": {"local-steps": steps}}))
 
 
 def test_fedcm_server_state_two_rounds_by_hand():

@@ -40,9 +40,9 @@ def test_they_are_flower_strategies():
     assert FedACG(fraction_train=0.1, lam=0.85, beta=0.01).fraction_train == 0.1
     assert FedAGM(tau=0.7, alpha=0.5).cfg["eta"] == 0.7
     assert GCFed().cfg["aggregation"] == "uniform"
-    # the screening of replies is the app's, but for the update clipping (off unless asked)
-    assert (FedACG().max_update_norm, FedACG().influence) == (0.0, (10.0, 10.0))
-    assert FedACG().update_clip_ratio == 0.0
+    # the screening of replies is the app's, with its defaults (the clipping off unless asked)
+    assert (FedACG().max_update_norm, FedACG().influence) == (0.0, (30.0, 10.0))
+    assert (FedACG().update_clip_ratio, FedACG().record_norm_ratio) == (0.0, 30.0)
     assert FedACG(update_clip_ratio=2.0).update_clip_ratio == 2.0
 
 
@@ -252,6 +252,12 @@ def test_every_method_is_reachable_by_name_from_arrays_alone():
         strategy._build(arrays)
         assert strategy.rule.name == strategy.cfg["server-rule"], name
         assert strategy.client_config["method.name"] == name
+        # its reply records are screened as declared (SCAFFOLD's, FedDC's: one tensor per
+        # parameter, here every array of the CNN)
+        assert set(strategy.up_records) == set(strategy.rule.up), name
+        for layout in strategy.up_records.values():
+            assert {k: v.shape for k, v in layout.items()} == {
+                k: a.numpy().shape for k, a in arrays.items()}, name
 
 
 def test_the_summary_names_the_method_and_after_start_its_rule(caplog):

@@ -114,9 +114,9 @@ def test_limit_influence_drops_norm_outliers_and_caps_weights_by_hand():
     # off: nothing changes
     s = limit_influence(1, screened(models, sizes), phi, 0.0, 0.0, str)
     assert len(s.good) == 5 and s.good[3][2] == 1e18
-    # what the server knows: no claim above the largest partition (35), then the ratio rule on
-    # the capped claims (median of 10, 20, 30, 35 = 25 -> cap 50: nothing more to cut)
-    s = limit_influence(1, screened(models, sizes), phi, 10.0, 2.0, str, max_weight=35.0)
+    # what the server knows: no claim above the largest partition (35); the ratio rule is then
+    # not applied (it would cut 35 to 1.2 x the median 25 = 30)
+    s = limit_influence(1, screened(models, sizes), phi, 10.0, 1.2, str, max_weight=35.0)
     assert [n for _, _, n in s.good] == [10.0, 20.0, 30.0, 35.0]
     assert s.counts["capped-weight"] == 1
 
@@ -124,13 +124,15 @@ def test_limit_influence_drops_norm_outliers_and_caps_weights_by_hand():
 def test_a_capped_weight_is_logged_with_the_key_that_sets_the_cap(caplog):
     phi = {"w": torch.zeros(1)}
     models = [{"w": torch.ones(1)} for _ in range(3)]
-    # largest partition 35 cuts 1e18 to 35; then the median of 10, 20, 35 is 20: 35 > 1.5 x 20
+    # largest partition 35 cuts 1e18 to 35 (and the ratio rule is left out: the split is known)
     limit_influence(1, screened(models, [10, 20, 1e18]), phi, 0.0, 1.5, str, max_weight=35.0)
+    # the split unknown: the median of 10, 20, 1e18 is 20, and 1e18 > 1.5 x 20
+    limit_influence(1, screened(models, [10, 20, 1e18]), phi, 0.0, 1.5, str)
     lines = [r.getMessage() for r in caplog.records]
     assert lines == [
         "round 1: 0 claims 1e+18 examples, more than the largest partition (35): weighted as 35 "
         "(num-examples-check)",
-        "round 1: 0 claims 35 examples, > 1.5 x the round's median: weighted as 30 "
+        "round 1: 0 claims 1e+18 examples, > 1.5 x the round's median: weighted as 30 "
         "(num-examples-ratio)"]
 
 

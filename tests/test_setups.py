@@ -74,7 +74,8 @@ def test_run_config_values_win_over_the_setup_except_defaults():
 def test_a_setup_limits_no_reply_unless_asked(tmp_path):
     """The papers' servers apply every update as it came: the app's influence limits are off in
     every set-up; a set-up file or the run config can still turn them on."""
-    limits = {"update-norm-ratio": 10.0, "update-clip-ratio": 2.0, "num-examples-ratio": 10.0}
+    limits = {"update-norm-ratio": 30.0, "update-clip-ratio": 0.0, "record-norm-ratio": 30.0,
+              "num-examples-ratio": 10.0}
     assert {k: resolve({})[k] for k in limits} == limits  # the app's defaults
     for name in setup_names():
         cfg = resolve({"setup": name})

@@ -159,10 +159,14 @@ def test_scaffold_server_two_rounds_by_hand():
     for rnd, seeds in ((1, (1, 2)), (2, (3, 4, 5))):
         down = rule.down_records(rnd)[C_RECORD].to_torch_state_dict()
         assert all(torch.allclose(down[k], c[k], atol=1e-7) for k in c)
+        # the screen measures delta-c_i from -c (the clients' drifts, not c, compared)
+        center = rule.up_centers()[DELTA_C_RECORD]
+        assert center.keys() == c.keys()
+        assert all(torch.allclose(center[k], -c[k], atol=1e-7) for k in c)
         _, phi = rule.broadcast(rnd)
         d = [named(model, seed=s) for s in seeds]
         dc = [named(model, seed=10 + s) for s in seeds]
-        up = [{DELTA_C_RECORD: ArrayRecord(x)} for x in dc]
+        up = [{DELTA_C_RECORD: x} for x in dc]  # (screened records: name -> tensors)
         rule.aggregate(rnd, replies(phi, d), phi, up)
         s = len(seeds)
         for k in theta:  # uniform weights (preset): theta += mean d; c += |S|/N mean dc
@@ -322,11 +326,13 @@ def test_feddc_server_two_rounds_by_hand():
     for rnd, seeds in ((1, (1, 2)), (2, (3, 4, 5))):
         down = rule.down_records(rnd)[G_RECORD].to_torch_state_dict()
         assert all(torch.allclose(down[k], g[k], atol=1e-7) for k in params)
+        center = rule.up_centers()[DELTA_G_RECORD]  # the screen measures from -G
+        assert center.keys() == set(params)
+        assert all(torch.allclose(center[k], -g[k], atol=1e-7) for k in g)
         _, phi = rule.broadcast(rnd)
         d = [named(model, seed=s) for s in seeds]
         sent = [named(model, seed=20 + s) for s in seeds]  # om_i delta-G_i
-        rule.aggregate(rnd, replies(phi, d), phi, [{DELTA_G_RECORD: ArrayRecord(x)}
-                                                   for x in sent])
+        rule.aggregate(rnd, replies(phi, d), phi, [{DELTA_G_RECORD: x} for x in sent])
         s = len(seeds)
         for k in theta:
             h_sum[k] = h_sum[k] + sum(x[k] for x in d)
