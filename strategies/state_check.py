@@ -58,8 +58,8 @@ def likely_causes(cfg: Mapping[str, Any] | None) -> str:
                       f"{z:g} x {c:g} / replies): lower them")
     if "eta" in cfg:
         causes.append(f"the server step eta = {cfg['eta']!r}: lower it")
-    causes.append("huge client updates let through: lower lr, keep update-norm-ratio and "
-                  "update-clip-ratio on")
+    causes.append("huge client updates let through: lower lr, keep update-norm-ratio on "
+                  "(or set update-clip-ratio)")
     return "; ".join(causes)
 
 

@@ -1,4 +1,5 @@
 import atexit
+import logging
 import os
 import shutil
 import sys
@@ -35,6 +36,20 @@ def task_identity():
     from flwr.supercore.task_identity import TaskIdentity
 
     TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1
+    yield
+
+
+@pytest.fixture(autouse=True)
+def no_console_filter():
+    """Each test starts without the app's console filter on Flower's logger. A ServerApp run
+    in-process installs it there (server_app/console.py: it hides the per-round and start-up
+    lines) and leaves it, for the traceback Flower logs after a failed run; left over from an
+    earlier test (or a module-scoped fixture's runs) it hid the lines a later test reads, so the
+    outcome depended on the order the tests ran in."""
+    from server_app.console import ConsoleFilter
+
+    logger = logging.getLogger("flwr")
+    logger.filters[:] = [f for f in logger.filters if not isinstance(f, ConsoleFilter)]
     yield
 
 
