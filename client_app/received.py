@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping
 
 from run_config import ConfigError
-from run_config.resolve import coerce
+from run_config.coerce import coerce
 from run_config.schema import KEYS_BY_NAME
 
 # Train-config keys that are run-config keys: checked against the schema's type and range.

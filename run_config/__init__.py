@@ -3,7 +3,8 @@
 
 from .errors import ConfigError
 from .presets import FLOWER_BASELINES, PRESETS
-from .resolve import acc_at_rounds, coerce, resolve, target_accs
+from .coerce import coerce
+from .resolve import acc_at_rounds, resolve, target_accs
 from .schema import KEYS, KEYS_BY_NAME, METHODS, PRESET, Key
 from .setups import SetupError, load_setup, setup_command, setup_names
 

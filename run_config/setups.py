@@ -123,7 +123,7 @@ def load_setup(name: str) -> dict[str, Any]:
 
 def _values(values: Any, where: str, field: str) -> dict[str, Any]:
     """Run-config values of a set-up file, typed and checked by the schema."""
-    from .resolve import coerce
+    from .coerce import coerce
 
     if not isinstance(values, dict):
         raise SetupError(f"{where}: {field} must be a mapping of run-config keys to values")
@@ -144,7 +144,7 @@ def _values(values: Any, where: str, field: str) -> dict[str, Any]:
 
 def apply_setup(run_config: dict[str, Any]) -> dict[str, Any]:
     """`run_config` with the set-up's method and values where it still holds the defaults."""
-    from .resolve import coerce
+    from .coerce import coerce
 
     name = coerce(KEYS_BY_NAME["setup"], run_config.get("setup", ""))
     if not name:
