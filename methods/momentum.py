@@ -82,19 +82,17 @@ class MomentumRule(ServerRule):
         return self._theta_record
 
     def broadcast(self, server_round: int):
-        from flwr.app import ArrayRecord
-
+        from models.wire import array_record
         from strategies.server_update import lookahead
 
         if self.lookahead and self.lam > 0:
             self.phi = lookahead(self.theta, self.m, self.lam)
-            return ArrayRecord(self.phi), self.phi
+            return array_record(self.phi), self.phi
         self.phi = self.theta
         return self._theta_record, self.phi
 
     def aggregate(self, server_round: int, good: list, phi: dict, up: list):
-        from flwr.app import ArrayRecord
-
+        from models.wire import array_record
         from strategies import robust
 
         n = [weight for _, _, weight in good]
@@ -109,7 +107,7 @@ class MomentumRule(ServerRule):
         for k, v in good[0][1].items():  # non-float buffers: from the first reply
             if not v.is_floating_point():
                 self.theta[k] = v
-        self._theta_record = ArrayRecord(self.theta)
+        self._theta_record = array_record(self.theta)  # = ArrayRecord(theta), byte for byte
         return self._theta_record, None
 
     def step_(self, d: dict) -> None:
