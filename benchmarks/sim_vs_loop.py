@@ -1,6 +1,7 @@
 """Our app in Ray simulation against a plain PyTorch loop doing the same local training.
 
     python -m benchmarks.sim_vs_loop                       # W1 on this machine (CPU: W1 only)
+    python -m benchmarks.sim_vs_loop --blocks 4 --rounds 3 # more pairs
     python -m benchmarks.sim_vs_loop --workloads W1,W2,W3  # all three (meant for a GPU)
     python -m benchmarks.sim_vs_loop --tiny                # a smoke run (seconds, sizes tiny)
 
@@ -13,12 +14,20 @@ client, 5 local epochs, every client trains every round):
 (a) the plain loop trains the clients one after another in this process (`plain_loop.py`);
 (b) the app runs through `flwr run` on a simulation SuperLink of its own, reading a local copy of
 a CIFAR-shaped dataset (random images, the hub's format) made here. Both do the same number of
-SGD steps on the same shapes. Round 1 of the app includes starting Ray actors and loading data,
-so it is reported apart; the figures are medians over rounds 2..R:
-  eta       = (app samples per second) / (plain loop samples per second)
-            = plain seconds per round / app seconds per round
-  overhead  = app seconds per round - plain seconds per round
+SGD steps on the same shapes.
+
+The two are measured in alternating blocks, so that a change of the machine's load moves both:
+block b runs R plain rounds and one `flwr run` of 1 + R rounds (its round 1 starts the Ray
+actors and loads the data: reported apart, not paired), plain first in even blocks and the app
+first in odd ones (plain, app, app, plain, ...). Round j of the app's block is paired with round
+j of the plain block next to it:
+  eta       = median over the pairs of (plain seconds of the round / app seconds of the round)
+            = the app's samples per second over the plain loop's; its spread: min-max
+  overhead  = median app seconds per round - median plain seconds per round
   app training s/round: the clients' own local-training seconds inside the app's round
+The app's Ray actors run at the priority of this process (RAY_worker_niceness, `--app-niceness`;
+Ray's own default, 15, would let any other process on the machine take the CPU from them first,
+while the plain loop runs at this process's priority).
 Peak host memory: the plain loop's process; the app's SuperLink process tree (sampled).
 A table is printed and the same figures are written as JSON (--json).
 """
@@ -31,7 +40,6 @@ import os
 import platform
 import resource
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -83,11 +91,16 @@ def make_cifar_copy(folder: Path, n_train: int, n_test: int, seed: int = 0) -> P
     return folder
 
 
-def plain_loop(w: Workload, rounds: int, device: torch.device) -> dict:
+def plain_clients(w: Workload) -> tuple[torch.nn.Module, list]:
     gen = torch.Generator().manual_seed(0)
     clients = [((torch.rand(w.samples, 3, w.image, w.image, generator=gen) - 0.5) / 0.25,
                 torch.randint(0, 10, (w.samples,), generator=gen)) for _ in range(w.clients)]
-    model = build_model(w.model, (3, w.image, w.image), 10, seed=0)
+    return build_model(w.model, (3, w.image, w.image), 10, seed=0), clients
+
+
+def plain_loop(w: Workload, rounds: int, device: torch.device, model=None, clients=None) -> dict:
+    if model is None:
+        model, clients = plain_clients(w)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     seconds = run_plain_loop(model, clients, rounds=rounds, lr=0.01, epochs=w.epochs,
@@ -144,25 +157,31 @@ def flwr_run_peak(link, run_config: str, federation: str) -> tuple:
     return proc, wall, peak[0]
 
 
-def app_run(w: Workload, rounds: int, data: Path, out: Path, gpus_per_client: float) -> dict:
+def app_run(w: Workload, rounds: int, data: Path, out: Path, gpus_per_client: float,
+            link=None, run_name: str | None = None) -> dict:
+    """One `flwr run` of `rounds` rounds (on `link`, a running LocalSuperLink, else its own)."""
     from reporting.superlink import LocalSuperLink
 
+    name = run_name or w.name
     run_config = " ".join([
         "method='fedavg'", "dataset='cifar10'", f"dataset-path='{data}'", "partitioner='iid'",
         f"model='{w.model}'", f"local-epochs={w.epochs}", f"batch-size={w.batch}", "lr=0.01",
         "weight-decay=0.0", "grad-clip=0.0", "augment='none'", "client-val-fraction=0.0",
         "fraction-train=1.0", f"min-train-nodes={w.clients}", f"num-server-rounds={rounds}",
-        f"eval-every={rounds}", "checkpoint-every=0", f"out-dir='{out}'", f"run-name='{w.name}'",
+        f"eval-every={rounds}", "checkpoint-every=0", f"out-dir='{out}'", f"run-name='{name}'",
     ])
     federation = f"num-supernodes={w.clients} client-resources-num-cpus={os.cpu_count() or 1}"
     if gpus_per_client > 0:
         federation = (f"num-supernodes={w.clients} client-resources-num-cpus=1 "
                       f"client-resources-num-gpus={gpus_per_client}")
-    with LocalSuperLink() as link:
+    if link is None:
+        with LocalSuperLink() as own:
+            proc, wall, peak_mb = flwr_run_peak(own, run_config, federation)
+    else:
         proc, wall, peak_mb = flwr_run_peak(link, run_config, federation)
     if proc.returncode != 0:
         raise RuntimeError(f"flwr run failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    rows = json.loads((out / w.name / "results.json").read_text())["rounds"]
+    rows = json.loads((out / name / "results.json").read_text())["rounds"]
     return {"round-seconds": [r["seconds"] for r in rows if r["round"] > 0],
             # mean client train-seconds x clients: the local training inside each round
             "train-seconds": [r.get("train-seconds", 0.0) * w.clients
@@ -170,55 +189,82 @@ def app_run(w: Workload, rounds: int, data: Path, out: Path, gpus_per_client: fl
             "wall-seconds": wall, "peak-host-mb": peak_mb}
 
 
-def aggregation_ms(device_note: str, n: int = 10) -> float:
-    """Server aggregation (screening + momentum step) of n ResNet-18 updates, in milliseconds."""
-    sys.path.insert(0, str(ROOT / "tests"))
-    from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
-    from flwr.supercore.task_identity import TaskIdentity
+def interleaved(w: Workload, blocks: int, rounds: int, data: Path, out: Path,
+                gpus_per_client: float, device: torch.device, niceness: int | None) -> tuple:
+    """`blocks` blocks of `rounds` plain rounds and one app run of 1 + `rounds` rounds, in the
+    order plain, app, app, plain, ... (one SuperLink for every app run): (plain, app) dicts
+    with a list per block."""
+    from reporting.superlink import LocalSuperLink
 
-    from fakegrid import FakeGrid
-    from strategy_helpers import LookaheadFedAvg
+    model, clients = plain_clients(w)
+    plain_loop(w, 1, device, model, clients)  # warm-up, as the app's round 1
+    plain = {"round-seconds": [], "peak-host-mb": 0.0, "peak-device-mb": None}
+    app = {"round-seconds": [], "train-seconds": [], "first-round-seconds": [],
+           "wall-seconds": [], "peak-host-mb": 0.0}
+    with LocalSuperLink() as link:
+        if niceness is not None:  # read by the raylet when the run starts Ray
+            link.env["RAY_worker_niceness"] = str(niceness)
+        link.env.setdefault("FEDACG_CACHE_DIR", str(out / "partition-cache"))
+        for b in range(blocks):
+            for side in (("plain", "app") if b % 2 == 0 else ("app", "plain")):
+                if side == "plain":
+                    p = plain_loop(w, rounds, device, model, clients)
+                    plain["round-seconds"].append(p["round-seconds"])
+                    plain["peak-host-mb"] = max(plain["peak-host-mb"], p["peak-host-mb"])
+                    plain["peak-device-mb"] = p["peak-device-mb"]
+                else:
+                    a = app_run(w, 1 + rounds, data, out, gpus_per_client, link,
+                                f"{w.name}-block{b}")
+                    app["first-round-seconds"].append(a["round-seconds"][0])
+                    app["round-seconds"].append(a["round-seconds"][1:])
+                    app["train-seconds"].append(a["train-seconds"][1:])
+                    app["wall-seconds"].append(a["wall-seconds"])
+                    app["peak-host-mb"] = max(app["peak-host-mb"], a["peak-host-mb"])
+                print(f"  block {b + 1}/{blocks} {side}: " + ", ".join(
+                    f"{t:.2f}" for t in (plain if side == "plain" else app)["round-seconds"][-1])
+                    + " s/round", flush=True)
+    return plain, app
 
-    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1
-    model = build_model("resnet18", (3, 32, 32), 10, seed=0)
-    replies = [RecordDict({"arrays": ArrayRecord({k: v + 0.01 * i
-                                                  for k, v in model.state_dict().items()}),
-                           "metrics": MetricRecord({"num-examples": 500})}) for i in range(n)]
-    strategy = LookaheadFedAvg(lam=0.85, lookahead=True, min_train_nodes=n, fraction_evaluate=0.0)
-    grid = FakeGrid(n, lambda i, msg: replies[i])
-    arrays = ArrayRecord(model.state_dict())
-    best = float("inf")
-    for r in range(1, 4):
-        msgs = list(strategy.configure_train(r, arrays, ConfigRecord(), grid))
-        answers = grid.send_and_receive(msgs)
-        t = time.perf_counter()
-        arrays, _ = strategy.aggregate_train(r, answers)
-        best = min(best, time.perf_counter() - t)
-    return best * 1000
+
+def aggregation_ms(n: int = 10, repeats: int = 3) -> dict:
+    """Server aggregation of n ResNet-18 updates and its floor (benchmarks/server_aggregation)."""
+    from benchmarks.server_aggregation import time_pairs
+
+    row = time_pairs("resnet18", n, repeats)
+    return {"app-ms": row["app-best-ms"], "floor-ms": row["floor-best-ms"],
+            "ratio": row["ratio-median"]}
 
 
 def figures(plain: dict, app: dict, w: Workload) -> dict:
-    p = plain["round-seconds"][1:] or plain["round-seconds"]
-    a = app["round-seconds"][1:] or app["round-seconds"]
-    t = app["train-seconds"][1:] or app["train-seconds"]
-    p_mean, a_mean = float(np.median(p)), float(np.median(a))  # medians: robust to a noisy round
+    """Pairs: round j of each block's plain rounds and of its app rounds."""
+    pairs = [p / a for pb, ab in zip(plain["round-seconds"], app["round-seconds"])
+             for p, a in zip(pb, ab)]
+    p_all = [t for block in plain["round-seconds"] for t in block]
+    a_all = [t for block in app["round-seconds"] for t in block]
+    t_all = [t for block in app["train-seconds"] for t in block]
+    p_med, a_med = float(np.median(p_all)), float(np.median(a_all))
     samples = w.clients * w.samples * w.epochs
-    return {"plain-s-per-round": p_mean, "app-s-per-round": a_mean,
-            "app-train-s-per-round": float(np.median(t)),
-            "app-first-round-s": app["round-seconds"][0], "plain-samples-per-s": samples / p_mean,
-            "app-samples-per-s": samples / a_mean, "eta": p_mean / a_mean,
-            "overhead-s-per-round": a_mean - p_mean}
+    return {"plain-s-per-round": p_med, "app-s-per-round": a_med,
+            "app-train-s-per-round": float(np.median(t_all)),
+            "app-first-round-s": float(np.median(app["first-round-seconds"])),
+            "plain-samples-per-s": samples / p_med, "app-samples-per-s": samples / a_med,
+            "pair-ratios": pairs, "eta": float(np.median(pairs)),
+            "eta-spread": [min(pairs), max(pairs)], "overhead-s-per-round": a_med - p_med}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workloads", default="W1", help="comma-separated: W1,W2,W3")
-    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--blocks", type=int, default=3, help="plain/app blocks (pairs of runs)")
+    parser.add_argument("--rounds", type=int, default=3, help="measured rounds per block")
     parser.add_argument("--tiny", action="store_true", help="smoke run with tiny sizes")
     parser.add_argument("--gpus-per-client", type=float, default=None,
                         help="client-resources-num-gpus of the app "
                              "(default: 0.25 on a GPU, 0 on CPU)")
+    parser.add_argument("--app-niceness", default="same",
+                        help="niceness of the app's Ray actors: 'same' (as this process, the "
+                             "plain loop's; default), 'ray' (Ray's default, 15) or a number")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     parser.add_argument("--no-aggregation", action="store_true", help="skip the aggregation timing")
     args = parser.parse_args()
@@ -228,41 +274,54 @@ def main() -> None:
     gpus = (args.gpus_per_client if args.gpus_per_client is not None
             else (0.25 if device.type == "cuda" else 0.0))
     workloads = [TINY] if args.tiny else [WORKLOADS[n.strip()] for n in args.workloads.split(",")]
-    rounds = 2 if args.tiny else args.rounds
+    blocks, rounds = (2, 1) if args.tiny else (args.blocks, args.rounds)
+    niceness = {"same": os.nice(0), "ray": None}.get(args.app_niceness)
+    if args.app_niceness not in ("same", "ray"):
+        niceness = int(args.app_niceness)
     import flwr
 
     info = {"device": (torch.cuda.get_device_name(0) if device.type == "cuda"
                        else platform.processor() or "cpu"),
             "cpus": os.cpu_count(), "torch": torch.__version__, "flwr": flwr.__version__,
-            "python": platform.python_version(), "rounds": rounds, "gpus-per-client": gpus}
+            "python": platform.python_version(), "blocks": blocks, "rounds-per-block": rounds,
+            "gpus-per-client": gpus, "plain-niceness": os.nice(0),
+            "app-niceness": "ray default (15)" if niceness is None else niceness,
+            "load-average": list(os.getloadavg())}
     print("device: {device} | {cpus} CPUs | torch {torch} | flwr {flwr} | python {python} | "
-          "{rounds} rounds, figures from rounds 2..{rounds} | "
-          "client-resources-num-gpus {gpus-per-client}"
-          .format(**info), flush=True)
+          "{blocks} blocks of {rounds-per-block} plain + 1 + {rounds-per-block} app rounds | "
+          "client-resources-num-gpus {gpus-per-client} | niceness plain {plain-niceness}, app "
+          "{app-niceness} | load average {load-average[0]:.2f}".format(**info), flush=True)
     results = {"info": info, "workloads": {}}
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         for w in workloads:
             data = make_cifar_copy(Path(tmp) / f"data-{w.name}", w.clients * w.samples, 100)
-            plain = plain_loop(w, rounds, device)
-            app = app_run(w, rounds, data, Path(tmp) / "runs", gpus)
+            plain, app = interleaved(w, blocks, rounds, data, Path(tmp) / "runs", gpus, device,
+                                     niceness)
             results["workloads"][w.name] = {"workload": asdict(w), "plain": plain, "app": app,
                                             **figures(plain, app, w)}
     if not args.no_aggregation:
-        results["aggregation-10-resnet18-ms"] = aggregation_ms(str(device))
+        results["aggregation-10-resnet18"] = aggregation_ms()
+    info["load-average-end"] = list(os.getloadavg())
     header = ("| workload | plain s/round | app s/round | app training s/round | app round 1 s "
-              "| eta "
-              "| overhead s/round | plain peak host MB | app peak host MB | plain peak device MB |")
-    print("\n" + header + "\n" + "| --- " * 10 + "|")
+              "| eta (median of pairs) | eta spread (min-max) | pairs | overhead s/round "
+              "| plain peak host MB | app peak host MB | plain peak device MB |")
+    print("\n" + header + "\n" + "| --- " * 12 + "|")
     for name, r in results["workloads"].items():
         dev = r["plain"]["peak-device-mb"]
+        lo, hi = r["eta-spread"]
         print(f"| {name} | {r['plain-s-per-round']:.2f} | {r['app-s-per-round']:.2f} | "
-              f"{r['app-train-s-per-round']:.2f} | "
-              f"{r['app-first-round-s']:.2f} | {r['eta']:.3f} | {r['overhead-s-per-round']:+.2f} | "
+              f"{r['app-train-s-per-round']:.2f} | {r['app-first-round-s']:.2f} | "
+              f"{r['eta']:.3f} | {lo:.3f}-{hi:.3f} | {len(r['pair-ratios'])} | "
+              f"{r['overhead-s-per-round']:+.2f} | "
               f"{r['plain']['peak-host-mb']:.0f} | {r['app']['peak-host-mb']:.0f} | "
               f"{'n/a' if dev is None else f'{dev:.0f}'} |")
-    if "aggregation-10-resnet18-ms" in results:
-        print("\nserver aggregation of 10 ResNet-18 updates: "
-              f"{results['aggregation-10-resnet18-ms']:.1f} ms")
+    print("load average: {:.2f} at the start, {:.2f} at the end (1 min)".format(
+        info["load-average"][0], info["load-average-end"][0]))
+    if "aggregation-10-resnet18" in results:
+        agg = results["aggregation-10-resnet18"]
+        print(f"\nserver aggregation of 10 ResNet-18 updates: {agg['app-ms']:.1f} ms, "
+              f"the floor {agg['floor-ms']:.1f} ms ({agg['ratio']:.2f}x; "
+              "python -m benchmarks.server_aggregation)")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
         print(f"figures written to {args.json}")
