@@ -1,7 +1,7 @@
 """Our app in Ray simulation against a plain PyTorch loop doing the same local training.
 
     python -m benchmarks.sim_vs_loop                       # W1 on this machine (CPU: W1 only)
-    python -m benchmarks.sim_vs_loop --blocks 4 --rounds 3 # more pairs
+    python -m benchmarks.sim_vs_loop --blocks 6 --rounds 2 # more pairs
     python -m benchmarks.sim_vs_loop --workloads W1,W2,W3  # all three (meant for a GPU)
     python -m benchmarks.sim_vs_loop --tiny                # a smoke run (seconds, sizes tiny)
 
@@ -11,23 +11,24 @@ client, 5 local epochs, every client trains every round):
   W2  ResNet-18-GN,   5 clients per round, batch 50   (FedACG's CIFAR set-up)
   W3  ResNet-18-GN,  10 clients per round, batch 10   (FedACG's 500-client set-up)
 
-(a) the plain loop trains the clients one after another in this process (`plain_loop.py`);
+(a) the plain loop trains the clients one after another in one process (`plain_loop.py`);
 (b) the app runs through `flwr run` on a simulation SuperLink of its own, reading a local copy of
 a CIFAR-shaped dataset (random images, the hub's format) made here. Both do the same number of
 SGD steps on the same shapes.
 
 The two are measured in alternating blocks, so that a change of the machine's load moves both:
-block b runs R plain rounds and one `flwr run` of 1 + R rounds (its round 1 starts the Ray
-actors and loads the data: reported apart, not paired), plain first in even blocks and the app
-first in odd ones (plain, app, app, plain, ...). Round j of the app's block is paired with round
-j of the plain block next to it:
+block b starts one plain-loop process and one `flwr run`, each of 1 + R rounds (their round 1
+starts the process or the Ray actors and loads the data: left out of the pairs; the app's is
+shown apart), plain first in even blocks and the app first in odd ones (plain, app, app, plain,
+...). Round j of a block's app run is paired with round j of its plain process:
   eta       = median over the pairs of (plain seconds of the round / app seconds of the round)
             = the app's samples per second over the plain loop's; its spread: min-max
   overhead  = median app seconds per round - median plain seconds per round
   app training s/round: the clients' own local-training seconds inside the app's round
-The app's Ray actors run at the priority of this process (RAY_worker_niceness, `--app-niceness`;
-Ray's own default, 15, would let any other process on the machine take the CPU from them first,
-while the plain loop runs at this process's priority).
+Each side runs as fresh processes in a session of its own (Linux shares the CPU between sessions
+first, sched_autogroup: neither side shares with this process or with the other), at this
+process's niceness: the app's Ray actors too (RAY_worker_niceness, `--app-niceness`; Ray's own
+default, 15, makes the actor give the CPU to any other process of its session first).
 Peak host memory: the plain loop's process; the app's SuperLink process tree (sampled).
 A table is printed and the same figures are written as JSON (--json).
 """
@@ -40,6 +41,7 @@ import os
 import platform
 import resource
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -91,16 +93,12 @@ def make_cifar_copy(folder: Path, n_train: int, n_test: int, seed: int = 0) -> P
     return folder
 
 
-def plain_clients(w: Workload) -> tuple[torch.nn.Module, list]:
+def plain_loop(w: Workload, rounds: int, device: torch.device) -> dict:
+    """The plain loop on this workload's random data, `rounds` rounds (this process)."""
     gen = torch.Generator().manual_seed(0)
     clients = [((torch.rand(w.samples, 3, w.image, w.image, generator=gen) - 0.5) / 0.25,
                 torch.randint(0, 10, (w.samples,), generator=gen)) for _ in range(w.clients)]
-    return build_model(w.model, (3, w.image, w.image), 10, seed=0), clients
-
-
-def plain_loop(w: Workload, rounds: int, device: torch.device, model=None, clients=None) -> dict:
-    if model is None:
-        model, clients = plain_clients(w)
+    model = build_model(w.model, (3, w.image, w.image), 10, seed=0)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     seconds = run_plain_loop(model, clients, rounds=rounds, lr=0.01, epochs=w.epochs,
@@ -109,6 +107,21 @@ def plain_loop(w: Workload, rounds: int, device: torch.device, model=None, clien
             "peak-host-mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "peak-device-mb": (torch.cuda.max_memory_allocated(device) / 2**20
                                if device.type == "cuda" else None)}
+
+
+def plain_block(w: Workload, rounds: int) -> dict:
+    """`plain_loop` of 1 + `rounds` rounds in a fresh process of its own session, as each app
+    run is (the kernel shares the CPU between sessions first: sched_autogroup), at this
+    process's niceness; round 1 (allocations, caches) is left out, as the app's is."""
+    out = subprocess.run([sys.executable, "-m", "benchmarks.sim_vs_loop", "--plain-block",
+                          w.name, "--rounds", str(1 + rounds)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=7200, check=False,
+                         start_new_session=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"the plain loop failed:\n{out.stderr[-3000:]}")
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result["round-seconds"] = result["round-seconds"][1:]
+    return result
 
 
 def _tree_rss_mb(root: int) -> float:
@@ -134,14 +147,14 @@ def _tree_rss_mb(root: int) -> float:
     return sum(rss.get(p, 0) for p in tree) / 2**20
 
 
-def flwr_run_peak(link, run_config: str, federation: str) -> tuple:
+def flwr_run_peak(link, run_config: str, federation: str, every: float = 0.5) -> tuple:
     """`flwr run .` on `link` (a running LocalSuperLink): (the finished process, wall seconds,
-    peak host MB of the SuperLink's whole process tree, sampled every 0.5 s)."""
+    peak host MB of the SuperLink's whole process tree, sampled every `every` seconds)."""
     peak = [0.0]
     stop = threading.Event()
 
     def sample():
-        while not stop.wait(0.5):
+        while not stop.wait(every):
             peak[0] = max(peak[0], _tree_rss_mb(link.proc.pid))
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -174,11 +187,12 @@ def app_run(w: Workload, rounds: int, data: Path, out: Path, gpus_per_client: fl
     if gpus_per_client > 0:
         federation = (f"num-supernodes={w.clients} client-resources-num-cpus=1 "
                       f"client-resources-num-gpus={gpus_per_client}")
+    # sampled every 2 s: each sample reads all of /proc, CPU time the plain side does not spend
     if link is None:
         with LocalSuperLink() as own:
-            proc, wall, peak_mb = flwr_run_peak(own, run_config, federation)
+            proc, wall, peak_mb = flwr_run_peak(own, run_config, federation, every=2.0)
     else:
-        proc, wall, peak_mb = flwr_run_peak(link, run_config, federation)
+        proc, wall, peak_mb = flwr_run_peak(link, run_config, federation, every=2.0)
     if proc.returncode != 0:
         raise RuntimeError(f"flwr run failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     rows = json.loads((out / name / "results.json").read_text())["rounds"]
@@ -190,25 +204,24 @@ def app_run(w: Workload, rounds: int, data: Path, out: Path, gpus_per_client: fl
 
 
 def interleaved(w: Workload, blocks: int, rounds: int, data: Path, out: Path,
-                gpus_per_client: float, device: torch.device, niceness: int | None) -> tuple:
-    """`blocks` blocks of `rounds` plain rounds and one app run of 1 + `rounds` rounds, in the
+                gpus_per_client: float, niceness: int | None) -> tuple:
+    """`blocks` blocks of one plain process and one app run, each of 1 + `rounds` rounds, in the
     order plain, app, app, plain, ... (one SuperLink for every app run): (plain, app) dicts
     with a list per block."""
     from reporting.superlink import LocalSuperLink
 
-    model, clients = plain_clients(w)
-    plain_loop(w, 1, device, model, clients)  # warm-up, as the app's round 1
     plain = {"round-seconds": [], "peak-host-mb": 0.0, "peak-device-mb": None}
     app = {"round-seconds": [], "train-seconds": [], "first-round-seconds": [],
            "wall-seconds": [], "peak-host-mb": 0.0}
-    with LocalSuperLink() as link:
-        if niceness is not None:  # read by the raylet when the run starts Ray
-            link.env["RAY_worker_niceness"] = str(niceness)
-        link.env.setdefault("FEDACG_CACHE_DIR", str(out / "partition-cache"))
+    link = LocalSuperLink()  # its environment reaches the simulation process and Ray's
+    if niceness is not None:  # read by the raylet when the run starts Ray
+        link.env["RAY_worker_niceness"] = str(niceness)
+    link.env.setdefault("FEDACG_CACHE_DIR", str(out / "partition-cache"))
+    with link:
         for b in range(blocks):
             for side in (("plain", "app") if b % 2 == 0 else ("app", "plain")):
                 if side == "plain":
-                    p = plain_loop(w, rounds, device, model, clients)
+                    p = plain_block(w, rounds)
                     plain["round-seconds"].append(p["round-seconds"])
                     plain["peak-host-mb"] = max(plain["peak-host-mb"], p["peak-host-mb"])
                     plain["peak-device-mb"] = p["peak-device-mb"]
@@ -256,8 +269,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workloads", default="W1", help="comma-separated: W1,W2,W3")
-    parser.add_argument("--blocks", type=int, default=3, help="plain/app blocks (pairs of runs)")
-    parser.add_argument("--rounds", type=int, default=3, help="measured rounds per block")
+    parser.add_argument("--blocks", type=int, default=4, help="plain/app blocks (pairs of runs)")
+    parser.add_argument("--rounds", type=int, default=2, help="measured rounds per block")
     parser.add_argument("--tiny", action="store_true", help="smoke run with tiny sizes")
     parser.add_argument("--gpus-per-client", type=float, default=None,
                         help="client-resources-num-gpus of the app "
@@ -267,10 +280,15 @@ def main() -> None:
                              "plain loop's; default), 'ray' (Ray's default, 15) or a number")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     parser.add_argument("--no-aggregation", action="store_true", help="skip the aggregation timing")
+    parser.add_argument("--plain-block", help=argparse.SUPPRESS)  # (the plain loop's process)
     args = parser.parse_args()
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+    if args.plain_block:
+        w = TINY if args.plain_block == TINY.name else WORKLOADS[args.plain_block]
+        print(json.dumps(plain_loop(w, args.rounds, device)))
+        return
     gpus = (args.gpus_per_client if args.gpus_per_client is not None
             else (0.25 if device.type == "cuda" else 0.0))
     workloads = [TINY] if args.tiny else [WORKLOADS[n.strip()] for n in args.workloads.split(",")]
@@ -295,8 +313,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         for w in workloads:
             data = make_cifar_copy(Path(tmp) / f"data-{w.name}", w.clients * w.samples, 100)
-            plain, app = interleaved(w, blocks, rounds, data, Path(tmp) / "runs", gpus, device,
-                                     niceness)
+            plain, app = interleaved(w, blocks, rounds, data, Path(tmp) / "runs", gpus, niceness)
             results["workloads"][w.name] = {"workload": asdict(w), "plain": plain, "app": app,
                                             **figures(plain, app, w)}
     if not args.no_aggregation:
