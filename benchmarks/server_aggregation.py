@@ -5,7 +5,7 @@
     python -m benchmarks.server_aggregation --tiny               # a smoke run (seconds)
 
 app:   the strategy's `aggregate_train` for one round, as the ServerApp builds it (`run_config.
-       resolve` of the FedACG preset + `strategies.build_strategy`, the ServerApp's
+       resolve` of the FedACG preset + `server_app.factory.build_strategy`, the ServerApp's
        `num-examples-check` bound): screening of every reply, the influence limits, the momentum
        rule and the result's ArrayRecord. Only the strategy's public entry points are used
        (`configure_train`, `aggregate_train`), so the figures stay comparable when its internals
@@ -50,7 +50,7 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 
 from models import build_model
-from server_app.inprocess import InProcessGrid
+from inprocess import InProcessGrid
 
 ROOT = Path(__file__).resolve().parents[1]
 NUM_EXAMPLES = 500  # each reply's claim; also the largest partition (num-examples-check)
@@ -106,7 +106,7 @@ class ReplyGrid(InProcessGrid):
 def app_strategy(model_name: str, model: torch.nn.Module, n: int):
     """The FedACG preset's strategy as the ServerApp builds it, every node sampled."""
     from run_config import resolve
-    from strategies import build_strategy
+    from server_app.factory import build_strategy
 
     cfg = resolve({"method": "fedacg", "model": model_name, "dataset": "cifar10",
                    "fraction-train": 1.0, "min-train-nodes": n, "fraction-evaluate": 0.0})
