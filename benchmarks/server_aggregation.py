@@ -18,15 +18,19 @@ floor: a plain fused weighted mean of the same replies, sum_i n_i / n * w_i: zer
 
 The replies are real Flower `Message`s carrying an `ArrayRecord` (model + Gaussian noise, 500
 examples each), deflated and inflated as Flower's grid receives them off the wire; each is built
-once and answers every round. Each repeat times floor then app on the same replies (interleaved:
-floor, app, floor, app...), so a change of load moves both; `ratio` = app / floor per pair, shown
-as the median and its spread (min-max) over the pairs.
+once and answers every round. Each repeat times the floor and the app on the same replies,
+interleaved (floor, app, app, floor, floor, app, ...), so a change of load moves both; before
+each, one byte of every page of the replies is read (untimed): memory left unread for ~10 s
+costs about 0.4 us a page to read again on the project's box (its kernel runs a DAMON pageout
+scheme), which only the side timed first would pay. `ratio` = app /
+floor per pair, shown as the median and its spread (min-max) over the pairs.
 
 Peak memory above the replies (MB): each figure comes from a fresh process that builds the
-replies and the strategy, runs one `configure_train`, then resets the kernel's resident-memory
-high-water mark (`/proc/self/clear_refs`, Linux) and measures VmHWM - VmRSS over one
-aggregation: every byte the aggregation touched anew (torch's CPU allocations, NumPy, Python
-objects), the result included. tracemalloc would not see torch's allocations.
+replies and the strategy, runs one `configure_train`, returns freed heap memory to the system
+(glibc's `malloc_trim`), then resets the kernel's resident-memory high-water mark
+(`/proc/self/clear_refs`, Linux) and measures VmHWM - VmRSS over one aggregation: every byte
+the aggregation touched anew (torch's CPU allocations, NumPy, Python objects), the result
+included. tracemalloc would not see torch's allocations.
 """
 
 from __future__ import annotations
@@ -151,8 +155,16 @@ def setup(model_name: str, n: int):
     return model, replies, grid, app_strategy(model_name, model, n), ArrayRecord(model.state_dict())
 
 
+def touch(replies: list) -> int:
+    """Read one byte of every page of the replies' arrays (untimed), so that neither side of a
+    pair pays for bringing back memory the system paged out while it sat unread."""
+    return sum(int(np.frombuffer(a.data, np.uint8)[::4096].sum())
+               for reply in replies for a in reply.content["arrays"].values())
+
+
 def time_pairs(model_name: str, n: int, repeats: int) -> dict:
-    """`repeats` rounds, each: the floor then the app on the round's replies (milliseconds)."""
+    """`repeats` rounds, each timing the floor and the app on the round's replies (in the order
+    floor, app in odd rounds and app, floor in even ones), in milliseconds."""
     import warnings
 
     from models.wire import state_view
@@ -163,13 +175,16 @@ def time_pairs(model_name: str, n: int, repeats: int) -> dict:
     floor_ms, app_ms, diffs = [], [], []
     for r in range(1, repeats + 1):
         answers = grid.send_and_receive(strategy.configure_train(r, arrays, ConfigRecord(), grid))
-        gc.collect()
-        t = time.perf_counter()
-        floor_mean(answers, acc)
-        floor_ms.append((time.perf_counter() - t) * 1000)
-        t = time.perf_counter()
-        arrays, metrics = strategy.aggregate_train(r, answers)
-        app_ms.append((time.perf_counter() - t) * 1000)
+        for side in ("floor", "app") if r % 2 else ("app", "floor"):
+            gc.collect()
+            touch(answers)
+            t = time.perf_counter()
+            if side == "floor":
+                floor_mean(answers, acc)
+                floor_ms.append((time.perf_counter() - t) * 1000)
+            else:
+                arrays, metrics = strategy.aggregate_train(r, answers)
+                app_ms.append((time.perf_counter() - t) * 1000)
         if arrays is None or metrics["replies"] != n:
             raise RuntimeError(f"round {r}: the app aggregated {metrics['replies']} of {n} "
                                "replies (a defense tripped on honest replies?)")
@@ -197,6 +212,13 @@ def peak_above_replies(kind: str, model_name: str, n: int) -> float | None:
     model, replies, grid, strategy, arrays = setup(model_name, n)
     answers = grid.send_and_receive(strategy.configure_train(1, arrays, ConfigRecord(), grid))
     gc.collect()
+    touch(answers)
+    try:  # memory freed earlier goes back to the system: what the aggregation takes is new
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")  # reset VmHWM to the current resident size
