@@ -64,6 +64,7 @@ class MomentumRule(ServerRule):
         self.m = None  # server momentum
         self.phi = None  # last broadcast point
         self._theta_record = None  # theta as the ArrayRecord last returned
+        self.mean_buffer = None  # the last round's d: the buffer of the next one
 
     def describe(self) -> str:
         return (f"momentum: lookahead={self.lookahead} lam={self.lam} eta={self.eta} "
@@ -91,6 +92,15 @@ class MomentumRule(ServerRule):
         self.phi = self.theta
         return self._theta_record, self.phi
 
+    def mean_weights(self, num_examples: list[float]) -> list[float] | None:
+        from strategies.server_update import client_weights
+
+        if self.robust.aggregator != "mean" or self.robust.dp_clipping_norm > 0:
+            return None
+        if self.aggregation == "examples" and not sum(num_examples) > 0:
+            return None
+        return client_weights(num_examples, self.aggregation)
+
     def aggregate(self, server_round: int, good: list, phi: dict, up: list):
         from models.wire import array_record
         from strategies import robust
@@ -101,8 +111,11 @@ class MomentumRule(ServerRule):
         too_few = robust.too_few(self.robust, len(good))
         if too_few:
             return None, too_few
-        d = robust.aggregate(self.robust, phi, [model for _, model, _ in good], n,
-                             self.aggregation, server_round)
+        # d goes into the buffer of the last round (step_ only reads it): no new model-sized
+        # memory each round
+        d = self.mean_buffer = robust.aggregate(
+            self.robust, phi, [model for _, model, _ in good], n, self.aggregation, server_round,
+            out=self.mean_buffer, prepared=self.prepared_mean)
         self.step_(d)
         for k, v in good[0][1].items():  # non-float buffers: from the first reply
             if not v.is_floating_point():
