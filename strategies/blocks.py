@@ -13,15 +13,16 @@ a round with a dropped reply costs one more pass and nothing else changes.
 A block is a list of pieces (index of the tensor, start, stop) of the flattened tensors, about
 `BLOCK` elements in all: small tensors are grouped, large ones split. The mean goes through the
 same floating-point operations, element by element, as a whole-tensor pass (zeros, one
-`add_(alpha=p_i)` per reply in order, `sub_(phi)`): the same bits. The norm is summed per block
-in float32 and across blocks in float64 (closer to the exact norm than one float32 reduction
-over a whole tensor). A clipped update (`ScaledUpdate`) is summed as its model and phi,
+`add_(alpha=p_i)` per reply in order, `sub_(phi)`): the same bits. The squares are summed per
+block in float32 (a dot product) and across blocks in float64 (closer to the exact norm than
+one float32 reduction over a whole tensor). A clipped update (`ScaledUpdate`) is summed as its model and phi,
 reweighted, without being computed.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Iterator, Mapping, Sequence
 
 import torch
@@ -134,12 +135,13 @@ def norms_and_sum(models: Sequence[State], center: State, keys: Sequence[str],
             model_block = pieces(model, block, sizes)
             for x, y, diff in zip(model_block, ref_block, parts):
                 torch.sub(x, y, out=diff)
-            out_i.append(torch.linalg.vector_norm(scratch[:fill]))
+            diffs = scratch[:fill]
+            out_i.append(torch.dot(diffs, diffs))  # ||w_i - phi||^2 on the block
             if acc_block is not None:
                 torch._foreach_add_(acc_block, model_block, alpha=w_i)
         if acc_block is not None:
             torch._foreach_sub_(acc_block, ref_block)
-    norms = [float(torch.linalg.vector_norm(torch.stack(n).double())) for n in found]
+    norms = [math.sqrt(float(torch.stack(n).double().sum())) for n in found]
     return norms, (None if acc is None else {k: out[k] for k in keys})
 
 
