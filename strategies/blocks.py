@@ -15,8 +15,8 @@ A block is a list of pieces (index of the tensor, start, stop) of the flattened 
 same floating-point operations, element by element, as a whole-tensor pass (zeros, one
 `add_(alpha=p_i)` per reply in order, `sub_(phi)`): the same bits. The squares are summed per
 block in float32 (a dot product) and across blocks in float64 (closer to the exact norm than
-one float32 reduction over a whole tensor). A clipped update (`ScaledUpdate`) is summed as its model and phi,
-reweighted, without being computed.
+one float32 reduction over a whole tensor). A clipped update (`ScaledUpdate`) is summed as its
+model and phi, reweighted, without being computed.
 """
 
 from __future__ import annotations
