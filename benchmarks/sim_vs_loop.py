@@ -1,6 +1,7 @@
 """Our app in Ray simulation against a plain PyTorch loop doing the same local training.
 
     python -m benchmarks.sim_vs_loop                       # W1 on this machine (CPU: W1 only)
+    python -m benchmarks.sim_vs_loop --blocks 6 --rounds 2 # more pairs
     python -m benchmarks.sim_vs_loop --workloads W1,W2,W3  # all three (meant for a GPU)
     python -m benchmarks.sim_vs_loop --tiny                # a smoke run (seconds, sizes tiny)
 
@@ -10,15 +11,24 @@ client, 5 local epochs, every client trains every round):
   W2  ResNet-18-GN,   5 clients per round, batch 50   (FedACG's CIFAR set-up)
   W3  ResNet-18-GN,  10 clients per round, batch 10   (FedACG's 500-client set-up)
 
-(a) the plain loop trains the clients one after another in this process (`plain_loop.py`);
+(a) the plain loop trains the clients one after another in one process (`plain_loop.py`);
 (b) the app runs through `flwr run` on a simulation SuperLink of its own, reading a local copy of
 a CIFAR-shaped dataset (random images, the hub's format) made here. Both do the same number of
-SGD steps on the same shapes. Round 1 of the app includes starting Ray actors and loading data,
-so it is reported apart; the figures are medians over rounds 2..R:
-  eta       = (app samples per second) / (plain loop samples per second)
-            = plain seconds per round / app seconds per round
-  overhead  = app seconds per round - plain seconds per round
+SGD steps on the same shapes.
+
+The two are measured in alternating blocks, so that a change of the machine's load moves both:
+block b starts one plain-loop process and one `flwr run`, each of 1 + R rounds (their round 1
+starts the process or the Ray actors and loads the data: left out of the pairs; the app's is
+shown apart), plain first in even blocks and the app first in odd ones (plain, app, app, plain,
+...). Round j of a block's app run is paired with round j of its plain process:
+  eta       = median over the pairs of (plain seconds of the round / app seconds of the round)
+            = the app's samples per second over the plain loop's; its spread: min-max
+  overhead  = median app seconds per round - median plain seconds per round
   app training s/round: the clients' own local-training seconds inside the app's round
+Each side runs as fresh processes in a session of its own (Linux shares the CPU between sessions
+first, sched_autogroup: neither side shares with this process or with the other), at this
+process's niceness: the app's Ray actors too (RAY_worker_niceness, `--app-niceness`; Ray's own
+default, 15, makes the actor give the CPU to any other process of its session first).
 Peak host memory: the plain loop's process; the app's SuperLink process tree (sampled).
 A table is printed and the same figures are written as JSON (--json).
 """
@@ -84,6 +94,7 @@ def make_cifar_copy(folder: Path, n_train: int, n_test: int, seed: int = 0) -> P
 
 
 def plain_loop(w: Workload, rounds: int, device: torch.device) -> dict:
+    """The plain loop on this workload's random data, `rounds` rounds (this process)."""
     gen = torch.Generator().manual_seed(0)
     clients = [((torch.rand(w.samples, 3, w.image, w.image, generator=gen) - 0.5) / 0.25,
                 torch.randint(0, 10, (w.samples,), generator=gen)) for _ in range(w.clients)]
@@ -96,6 +107,21 @@ def plain_loop(w: Workload, rounds: int, device: torch.device) -> dict:
             "peak-host-mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "peak-device-mb": (torch.cuda.max_memory_allocated(device) / 2**20
                                if device.type == "cuda" else None)}
+
+
+def plain_block(w: Workload, rounds: int) -> dict:
+    """`plain_loop` of 1 + `rounds` rounds in a fresh process of its own session, as each app
+    run is (the kernel shares the CPU between sessions first: sched_autogroup), at this
+    process's niceness; round 1 (allocations, caches) is left out, as the app's is."""
+    out = subprocess.run([sys.executable, "-m", "benchmarks.sim_vs_loop", "--plain-block",
+                          w.name, "--rounds", str(1 + rounds)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=7200, check=False,
+                         start_new_session=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"the plain loop failed:\n{out.stderr[-3000:]}")
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result["round-seconds"] = result["round-seconds"][1:]
+    return result
 
 
 def _tree_rss_mb(root: int) -> float:
@@ -121,14 +147,14 @@ def _tree_rss_mb(root: int) -> float:
     return sum(rss.get(p, 0) for p in tree) / 2**20
 
 
-def flwr_run_peak(link, run_config: str, federation: str) -> tuple:
+def flwr_run_peak(link, run_config: str, federation: str, every: float = 0.5) -> tuple:
     """`flwr run .` on `link` (a running LocalSuperLink): (the finished process, wall seconds,
-    peak host MB of the SuperLink's whole process tree, sampled every 0.5 s)."""
+    peak host MB of the SuperLink's whole process tree, sampled every `every` seconds)."""
     peak = [0.0]
     stop = threading.Event()
 
     def sample():
-        while not stop.wait(0.5):
+        while not stop.wait(every):
             peak[0] = max(peak[0], _tree_rss_mb(link.proc.pid))
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -144,25 +170,32 @@ def flwr_run_peak(link, run_config: str, federation: str) -> tuple:
     return proc, wall, peak[0]
 
 
-def app_run(w: Workload, rounds: int, data: Path, out: Path, gpus_per_client: float) -> dict:
+def app_run(w: Workload, rounds: int, data: Path, out: Path, gpus_per_client: float,
+            link=None, run_name: str | None = None) -> dict:
+    """One `flwr run` of `rounds` rounds (on `link`, a running LocalSuperLink, else its own)."""
     from reporting.superlink import LocalSuperLink
 
+    name = run_name or w.name
     run_config = " ".join([
         "method='fedavg'", "dataset='cifar10'", f"dataset-path='{data}'", "partitioner='iid'",
         f"model='{w.model}'", f"local-epochs={w.epochs}", f"batch-size={w.batch}", "lr=0.01",
         "weight-decay=0.0", "grad-clip=0.0", "augment='none'", "client-val-fraction=0.0",
         "fraction-train=1.0", f"min-train-nodes={w.clients}", f"num-server-rounds={rounds}",
-        f"eval-every={rounds}", "checkpoint-every=0", f"out-dir='{out}'", f"run-name='{w.name}'",
+        f"eval-every={rounds}", "checkpoint-every=0", f"out-dir='{out}'", f"run-name='{name}'",
     ])
     federation = f"num-supernodes={w.clients} client-resources-num-cpus={os.cpu_count() or 1}"
     if gpus_per_client > 0:
         federation = (f"num-supernodes={w.clients} client-resources-num-cpus=1 "
                       f"client-resources-num-gpus={gpus_per_client}")
-    with LocalSuperLink() as link:
-        proc, wall, peak_mb = flwr_run_peak(link, run_config, federation)
+    # sampled every 2 s: each sample reads all of /proc, CPU time the plain side does not spend
+    if link is None:
+        with LocalSuperLink() as own:
+            proc, wall, peak_mb = flwr_run_peak(own, run_config, federation, every=2.0)
+    else:
+        proc, wall, peak_mb = flwr_run_peak(link, run_config, federation, every=2.0)
     if proc.returncode != 0:
         raise RuntimeError(f"flwr run failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    rows = json.loads((out / w.name / "results.json").read_text())["rounds"]
+    rows = json.loads((out / name / "results.json").read_text())["rounds"]
     return {"round-seconds": [r["seconds"] for r in rows if r["round"] > 0],
             # mean client train-seconds x clients: the local training inside each round
             "train-seconds": [r.get("train-seconds", 0.0) * w.clients
@@ -170,99 +203,142 @@ def app_run(w: Workload, rounds: int, data: Path, out: Path, gpus_per_client: fl
             "wall-seconds": wall, "peak-host-mb": peak_mb}
 
 
-def aggregation_ms(device_note: str, n: int = 10) -> float:
-    """Server aggregation (screening + momentum step) of n ResNet-18 updates, in milliseconds."""
-    sys.path.insert(0, str(ROOT / "tests"))
-    from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
-    from flwr.supercore.task_identity import TaskIdentity
+def interleaved(w: Workload, blocks: int, rounds: int, data: Path, out: Path,
+                gpus_per_client: float, niceness: int | None) -> tuple:
+    """`blocks` blocks of one plain process and one app run, each of 1 + `rounds` rounds, in the
+    order plain, app, app, plain, ... (one SuperLink for every app run): (plain, app) dicts
+    with a list per block."""
+    from reporting.superlink import LocalSuperLink
 
-    from fakegrid import FakeGrid
-    from strategy_helpers import LookaheadFedAvg
+    plain = {"round-seconds": [], "peak-host-mb": 0.0, "peak-device-mb": None}
+    app = {"round-seconds": [], "train-seconds": [], "first-round-seconds": [],
+           "wall-seconds": [], "peak-host-mb": 0.0}
+    link = LocalSuperLink()  # its environment reaches the simulation process and Ray's
+    if niceness is not None:  # read by the raylet when the run starts Ray
+        link.env["RAY_worker_niceness"] = str(niceness)
+    link.env.setdefault("FEDACG_CACHE_DIR", str(out / "partition-cache"))
+    with link:
+        for b in range(blocks):
+            for side in (("plain", "app") if b % 2 == 0 else ("app", "plain")):
+                if side == "plain":
+                    p = plain_block(w, rounds)
+                    plain["round-seconds"].append(p["round-seconds"])
+                    plain["peak-host-mb"] = max(plain["peak-host-mb"], p["peak-host-mb"])
+                    plain["peak-device-mb"] = p["peak-device-mb"]
+                else:
+                    a = app_run(w, 1 + rounds, data, out, gpus_per_client, link,
+                                f"{w.name}-block{b}")
+                    app["first-round-seconds"].append(a["round-seconds"][0])
+                    app["round-seconds"].append(a["round-seconds"][1:])
+                    app["train-seconds"].append(a["train-seconds"][1:])
+                    app["wall-seconds"].append(a["wall-seconds"])
+                    app["peak-host-mb"] = max(app["peak-host-mb"], a["peak-host-mb"])
+                print(f"  block {b + 1}/{blocks} {side}: " + ", ".join(
+                    f"{t:.2f}" for t in (plain if side == "plain" else app)["round-seconds"][-1])
+                    + " s/round", flush=True)
+    return plain, app
 
-    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1
-    model = build_model("resnet18", (3, 32, 32), 10, seed=0)
-    replies = [RecordDict({"arrays": ArrayRecord({k: v + 0.01 * i
-                                                  for k, v in model.state_dict().items()}),
-                           "metrics": MetricRecord({"num-examples": 500})}) for i in range(n)]
-    strategy = LookaheadFedAvg(lam=0.85, lookahead=True, min_train_nodes=n, fraction_evaluate=0.0)
-    grid = FakeGrid(n, lambda i, msg: replies[i])
-    arrays = ArrayRecord(model.state_dict())
-    best = float("inf")
-    for r in range(1, 4):
-        msgs = list(strategy.configure_train(r, arrays, ConfigRecord(), grid))
-        answers = grid.send_and_receive(msgs)
-        t = time.perf_counter()
-        arrays, _ = strategy.aggregate_train(r, answers)
-        best = min(best, time.perf_counter() - t)
-    return best * 1000
+
+def aggregation_ms(n: int = 10, repeats: int = 3) -> dict:
+    """Server aggregation of n ResNet-18 updates and its floor (benchmarks/server_aggregation)."""
+    from benchmarks.server_aggregation import time_pairs
+
+    row = time_pairs("resnet18", n, repeats)
+    return {"app-ms": row["app-best-ms"], "floor-ms": row["floor-best-ms"],
+            "ratio": row["ratio-median"]}
 
 
 def figures(plain: dict, app: dict, w: Workload) -> dict:
-    p = plain["round-seconds"][1:] or plain["round-seconds"]
-    a = app["round-seconds"][1:] or app["round-seconds"]
-    t = app["train-seconds"][1:] or app["train-seconds"]
-    p_mean, a_mean = float(np.median(p)), float(np.median(a))  # medians: robust to a noisy round
+    """Pairs: round j of each block's plain rounds and of its app rounds."""
+    pairs = [p / a for pb, ab in zip(plain["round-seconds"], app["round-seconds"])
+             for p, a in zip(pb, ab)]
+    p_all = [t for block in plain["round-seconds"] for t in block]
+    a_all = [t for block in app["round-seconds"] for t in block]
+    t_all = [t for block in app["train-seconds"] for t in block]
+    p_med, a_med = float(np.median(p_all)), float(np.median(a_all))
     samples = w.clients * w.samples * w.epochs
-    return {"plain-s-per-round": p_mean, "app-s-per-round": a_mean,
-            "app-train-s-per-round": float(np.median(t)),
-            "app-first-round-s": app["round-seconds"][0], "plain-samples-per-s": samples / p_mean,
-            "app-samples-per-s": samples / a_mean, "eta": p_mean / a_mean,
-            "overhead-s-per-round": a_mean - p_mean}
+    return {"plain-s-per-round": p_med, "app-s-per-round": a_med,
+            "app-train-s-per-round": float(np.median(t_all)),
+            "app-first-round-s": float(np.median(app["first-round-seconds"])),
+            "plain-samples-per-s": samples / p_med, "app-samples-per-s": samples / a_med,
+            "pair-ratios": pairs, "eta": float(np.median(pairs)),
+            "eta-spread": [min(pairs), max(pairs)], "overhead-s-per-round": a_med - p_med}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workloads", default="W1", help="comma-separated: W1,W2,W3")
-    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--blocks", type=int, default=4, help="plain/app blocks (pairs of runs)")
+    parser.add_argument("--rounds", type=int, default=2, help="measured rounds per block")
     parser.add_argument("--tiny", action="store_true", help="smoke run with tiny sizes")
     parser.add_argument("--gpus-per-client", type=float, default=None,
                         help="client-resources-num-gpus of the app "
                              "(default: 0.25 on a GPU, 0 on CPU)")
+    parser.add_argument("--app-niceness", default="same",
+                        help="niceness of the app's Ray actors: 'same' (as this process, the "
+                             "plain loop's; default), 'ray' (Ray's default, 15) or a number")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     parser.add_argument("--no-aggregation", action="store_true", help="skip the aggregation timing")
+    parser.add_argument("--plain-block", help=argparse.SUPPRESS)  # (the plain loop's process)
     args = parser.parse_args()
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+    if args.plain_block:
+        w = TINY if args.plain_block == TINY.name else WORKLOADS[args.plain_block]
+        print(json.dumps(plain_loop(w, args.rounds, device)))
+        return
     gpus = (args.gpus_per_client if args.gpus_per_client is not None
             else (0.25 if device.type == "cuda" else 0.0))
     workloads = [TINY] if args.tiny else [WORKLOADS[n.strip()] for n in args.workloads.split(",")]
-    rounds = 2 if args.tiny else args.rounds
+    blocks, rounds = (2, 1) if args.tiny else (args.blocks, args.rounds)
+    niceness = {"same": os.nice(0), "ray": None}.get(args.app_niceness)
+    if args.app_niceness not in ("same", "ray"):
+        niceness = int(args.app_niceness)
     import flwr
 
     info = {"device": (torch.cuda.get_device_name(0) if device.type == "cuda"
                        else platform.processor() or "cpu"),
             "cpus": os.cpu_count(), "torch": torch.__version__, "flwr": flwr.__version__,
-            "python": platform.python_version(), "rounds": rounds, "gpus-per-client": gpus}
+            "python": platform.python_version(), "blocks": blocks, "rounds-per-block": rounds,
+            "gpus-per-client": gpus, "plain-niceness": os.nice(0),
+            "app-niceness": "ray default (15)" if niceness is None else niceness,
+            "load-average": list(os.getloadavg())}
     print("device: {device} | {cpus} CPUs | torch {torch} | flwr {flwr} | python {python} | "
-          "{rounds} rounds, figures from rounds 2..{rounds} | "
-          "client-resources-num-gpus {gpus-per-client}"
-          .format(**info), flush=True)
+          "{blocks} blocks of {rounds-per-block} plain + 1 + {rounds-per-block} app rounds | "
+          "client-resources-num-gpus {gpus-per-client} | niceness plain {plain-niceness}, app "
+          "{app-niceness} | load average {load-average[0]:.2f}".format(**info), flush=True)
     results = {"info": info, "workloads": {}}
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         for w in workloads:
             data = make_cifar_copy(Path(tmp) / f"data-{w.name}", w.clients * w.samples, 100)
-            plain = plain_loop(w, rounds, device)
-            app = app_run(w, rounds, data, Path(tmp) / "runs", gpus)
+            plain, app = interleaved(w, blocks, rounds, data, Path(tmp) / "runs", gpus, niceness)
             results["workloads"][w.name] = {"workload": asdict(w), "plain": plain, "app": app,
                                             **figures(plain, app, w)}
     if not args.no_aggregation:
-        results["aggregation-10-resnet18-ms"] = aggregation_ms(str(device))
+        results["aggregation-10-resnet18"] = aggregation_ms()
+    info["load-average-end"] = list(os.getloadavg())
     header = ("| workload | plain s/round | app s/round | app training s/round | app round 1 s "
-              "| eta "
-              "| overhead s/round | plain peak host MB | app peak host MB | plain peak device MB |")
-    print("\n" + header + "\n" + "| --- " * 10 + "|")
+              "| eta (median of pairs) | eta spread (min-max) | pairs | overhead s/round "
+              "| plain peak host MB | app peak host MB | plain peak device MB |")
+    print("\n" + header + "\n" + "| --- " * 12 + "|")
     for name, r in results["workloads"].items():
         dev = r["plain"]["peak-device-mb"]
+        lo, hi = r["eta-spread"]
         print(f"| {name} | {r['plain-s-per-round']:.2f} | {r['app-s-per-round']:.2f} | "
-              f"{r['app-train-s-per-round']:.2f} | "
-              f"{r['app-first-round-s']:.2f} | {r['eta']:.3f} | {r['overhead-s-per-round']:+.2f} | "
+              f"{r['app-train-s-per-round']:.2f} | {r['app-first-round-s']:.2f} | "
+              f"{r['eta']:.3f} | {lo:.3f}-{hi:.3f} | {len(r['pair-ratios'])} | "
+              f"{r['overhead-s-per-round']:+.2f} | "
               f"{r['plain']['peak-host-mb']:.0f} | {r['app']['peak-host-mb']:.0f} | "
               f"{'n/a' if dev is None else f'{dev:.0f}'} |")
-    if "aggregation-10-resnet18-ms" in results:
-        print("\nserver aggregation of 10 ResNet-18 updates: "
-              f"{results['aggregation-10-resnet18-ms']:.1f} ms")
+    print("load average: {:.2f} at the start, {:.2f} at the end (1 min)".format(
+        info["load-average"][0], info["load-average-end"][0]))
+    if "aggregation-10-resnet18" in results:
+        agg = results["aggregation-10-resnet18"]
+        print(f"\nserver aggregation of 10 ResNet-18 updates: {agg['app-ms']:.1f} ms, "
+              f"the floor {agg['floor-ms']:.1f} ms ({agg['ratio']:.2f}x; "
+              "python -m benchmarks.server_aggregation)")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
         print(f"figures written to {args.json}")

@@ -14,7 +14,7 @@ import sys
 import time
 
 import torch
-from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
 from feddata.augment import TrainTransform
@@ -24,7 +24,7 @@ from feddata.specs import DATASET_BY_NAME
 from methods import uplink_codec
 from models import build_model
 from models.evaluation import evaluate as evaluate_model
-from models.wire import state_view
+from models.wire import array_record, state_view
 
 from .client_state import store_for
 from .local_update import LocalContext, local_update
@@ -129,7 +129,7 @@ def train(msg: Message, context: Context) -> Message:
     # local compute only (ends synchronized: .item())
     metrics["train-seconds"] = time.perf_counter() - t
     metrics["num-examples"] = len(data.train_y)
-    arrays = ArrayRecord(model.state_dict()) if codec is None else codec.reply_arrays(model)
+    arrays = array_record(model.state_dict()) if codec is None else codec.reply_arrays(model)
     content = RecordDict({"arrays": arrays,
                           "metrics": MetricRecord(metrics),
                           **ctx.up})  # the method's extra records (none for most methods)

@@ -99,7 +99,8 @@ class ModelStepRule(momentum.MomentumRule):
         if self.aggregation == "examples" and sum(n) <= 0:
             return None, "the good replies report no training examples"
         models = [model for _, model, _ in good]
-        d = aggregate_update(phi, models, client_weights(n, self.aggregation))  # mean_S w_i - phi
+        d = aggregate_update(phi, models, client_weights(n, self.aggregation),  # mean_S w_i - phi
+                             prepared=self.prepared_mean)
         # sum_S d_i = sum_S w_i - |S| phi
         d_sum = aggregate_update(phi, models, [1.0] * len(models))
         torch._foreach_add_(list(d_sum.values()), [phi[k] for k in d_sum],

@@ -64,6 +64,7 @@ class MomentumRule(ServerRule):
         self.m = None  # server momentum
         self.phi = None  # last broadcast point
         self._theta_record = None  # theta as the ArrayRecord last returned
+        self.mean_buffer = None  # the last round's d: the buffer of the next one
 
     def describe(self) -> str:
         return (f"momentum: lookahead={self.lookahead} lam={self.lam} eta={self.eta} "
@@ -82,19 +83,26 @@ class MomentumRule(ServerRule):
         return self._theta_record
 
     def broadcast(self, server_round: int):
-        from flwr.app import ArrayRecord
-
+        from models.wire import array_record
         from strategies.server_update import lookahead
 
         if self.lookahead and self.lam > 0:
             self.phi = lookahead(self.theta, self.m, self.lam)
-            return ArrayRecord(self.phi), self.phi
+            return array_record(self.phi), self.phi
         self.phi = self.theta
         return self._theta_record, self.phi
 
-    def aggregate(self, server_round: int, good: list, phi: dict, up: list):
-        from flwr.app import ArrayRecord
+    def mean_weights(self, num_examples: list[float]) -> list[float] | None:
+        from strategies.server_update import client_weights
 
+        if self.robust.aggregator != "mean" or self.robust.dp_clipping_norm > 0:
+            return None
+        if self.aggregation == "examples" and not sum(num_examples) > 0:
+            return None
+        return client_weights(num_examples, self.aggregation)
+
+    def aggregate(self, server_round: int, good: list, phi: dict, up: list):
+        from models.wire import array_record
         from strategies import robust
 
         n = [weight for _, _, weight in good]
@@ -103,13 +111,16 @@ class MomentumRule(ServerRule):
         too_few = robust.too_few(self.robust, len(good))
         if too_few:
             return None, too_few
-        d = robust.aggregate(self.robust, phi, [model for _, model, _ in good], n,
-                             self.aggregation, server_round)
+        # d goes into the buffer of the last round (step_ only reads it): no new model-sized
+        # memory each round
+        d = self.mean_buffer = robust.aggregate(
+            self.robust, phi, [model for _, model, _ in good], n, self.aggregation, server_round,
+            out=self.mean_buffer, prepared=self.prepared_mean)
         self.step_(d)
         for k, v in good[0][1].items():  # non-float buffers: from the first reply
             if not v.is_floating_point():
                 self.theta[k] = v
-        self._theta_record = ArrayRecord(self.theta)
+        self._theta_record = array_record(self.theta)  # = ArrayRecord(theta), byte for byte
         return self._theta_record, None
 
     def step_(self, d: dict) -> None:

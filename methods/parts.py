@@ -193,6 +193,12 @@ class ServerRule:
     # the client (partition) of each good reply, in `good`'s order: set by the round loop
     # before each `aggregate` (rules with a per-client table, such as FedVARP's)
     client_ids: list = []
+    # the weighted mean sum_i p_i w_i - phi the screen computed in its pass over the replies
+    # (strategies.blocks.PreparedMean, from `mean_weights`), set by the round loop before each
+    # `aggregate`: `aggregate_update(..., prepared=self.prepared_mean)` takes it if it fits
+    prepared_mean = None
+    # where that mean may be written (a rule that keeps no reference to its d gives its last d)
+    mean_buffer = None
 
     def __init__(self, cfg: Config, model) -> None:
         self.cfg = cfg
@@ -216,6 +222,12 @@ class ServerRule:
         `broadcast`, before `aggregate`). E.g. SCAFFOLD's delta-c_i = -c + drift_i: from -c, so
         that the clients' drifts are compared, not c, which every record holds."""
         return {}
+
+    def mean_weights(self, num_examples: list[float]) -> list[float] | None:
+        """The weights p_i of the mean sum_i p_i w_i - phi this rule's `aggregate` computes (with
+        `aggregate_update`) over replies of these claims, or None (no such mean): the screen
+        then computes it in the same pass as the update norms."""
+        return None
 
     def aggregate(self, server_round: int, good: list, phi: dict, up: list):
         raise NotImplementedError

@@ -20,8 +20,9 @@ largest partition, or `weight_ratio` times the round's median claim, is cut to t
 what a node says about its partition.
 
 Each record is parsed once (read-only views of the message's bytes) and each norm computed once,
-one tensor's difference `w_i - phi` at a time (never a whole model's); the rules get the very
-views and numbers screened here.
+in one pass over all the models that also computes the rule's weighted mean
+(`strategies.blocks`: no model-sized temporary per reply); the rules get the very views and
+numbers screened here.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ from flwr.common import log
 
 from methods.parts import FLOATS, PARAMETERS, ReplyMetric, UpRecord
 from models.wire import state_view
+
+from .blocks import PreparedMean, ScaledUpdate, norms_and_sum
 
 State = dict[str, torch.Tensor]
 
@@ -94,22 +97,25 @@ def tensor_norms(state: State, keys: Sequence[str], minus: State | None = None) 
     return [torch.linalg.vector_norm(state[k] - minus[k]) for k in keys]
 
 
-def total_norm(norms: Sequence[torch.Tensor]) -> float:
-    """The norm over all tensors from their norms (in float64)."""
-    return float(torch.linalg.vector_norm(torch.stack(norms).double())) if len(norms) else 0.0
+def total_norm(norms) -> float:
+    """The norm over all tensors from their norms (a list of them or one tensor; in float64)."""
+    if not isinstance(norms, torch.Tensor):
+        norms = torch.stack(list(norms)) if len(norms) else torch.zeros(0)
+    return float(torch.linalg.vector_norm(norms.double())) if norms.numel() else 0.0
 
 
 def update_norm(model: State, phi: State) -> float:
     """||model - phi|| over every float tensor of phi."""
-    return total_norm(tensor_norms(model, [k for k, p in phi.items() if p.is_floating_point()],
-                                   phi))
+    return norms_and_sum([model], phi, float_keys(phi))[0][0]
 
 
-def check_finite(state: State, keys: Sequence[str], norms: Sequence[torch.Tensor],
-                 prefix: str = "") -> None:
-    """BadUpdate unless every norm of `tensor_norms(state, keys, ...)` is finite (a NaN or Inf
-    in a tensor makes its norm one; so do values whose norm overflows)."""
-    finite = torch.isfinite(torch.stack(norms)) if len(norms) else torch.ones(0, dtype=bool)
+def check_finite(state: State, keys: Sequence[str], norms, prefix: str = "") -> None:
+    """BadUpdate unless every norm of `tensor_norms(state, keys, ...)` (a list of them or one
+    tensor) is finite (a NaN or Inf in a tensor makes its norm one; so do values whose norm
+    overflows)."""
+    if not isinstance(norms, torch.Tensor):
+        norms = torch.stack(list(norms)) if len(norms) else torch.zeros(0)
+    finite = torch.isfinite(norms)
     if not finite.all():
         k = keys[int((~finite).nonzero()[0])]
         count = int((~torch.isfinite(state[k])).sum())
@@ -162,6 +168,18 @@ def check_update(content: RecordDict, phi: State, weight_key: str, max_norm: flo
                  metrics: Mapping[str, ReplyMetric] | None = None) -> tuple[State, float, float]:
     """The reply's model (read-only views), weight and update norm ||w - phi||, or BadUpdate
     saying why it cannot be aggregated. `metrics`: the numbers the server rule reads."""
+    model, n = check_reply(content, phi, weight_key, metrics)
+    return model, n, check_norms(model, phi, update_norm(model, phi), max_norm)
+
+
+def float_keys(phi: State) -> list[str]:
+    return [k for k, v in phi.items() if v.is_floating_point()]
+
+
+def check_reply(content: RecordDict, phi: State, weight_key: str,
+                metrics: Mapping[str, ReplyMetric] | None = None) -> tuple[State, float]:
+    """`check_update` but for the values: the reply's model (read-only views) and weight, or
+    BadUpdate (its records, weight, metrics, keys, shapes, dtypes)."""
     if len(content.array_records) != 1 or len(content.metric_records) != 1:
         raise BadUpdate("malformed", f"{len(content.array_records)} ArrayRecord(s) and "
                         f"{len(content.metric_records)} MetricRecord(s), expected one of each")
@@ -174,14 +192,22 @@ def check_update(content: RecordDict, phi: State, weight_key: str, max_norm: flo
         check_metric(record, name, spec)
     model = views(next(iter(content.array_records.values())))
     check_layout(model, phi, "the model's")
-    keys = [k for k, v in phi.items() if v.is_floating_point()]
-    norms = tensor_norms(model, keys, phi)  # finiteness and the update norm in one pass
-    check_finite(model, keys, norms)
-    norm = total_norm(norms)
+    return model, float(n)
+
+
+def check_norms(model: State, phi: State, norm: float, max_norm: float = 0.0) -> float:
+    """The update norm ||w - phi|| (`norm`: from `norms_and_sum`), or BadUpdate: non-finite
+    values (a NaN or Inf makes the norm one; then each tensor's norm is measured, which names
+    it, and the update norm is their norm, in float64), above `max_norm` (> 0)."""
+    if not math.isfinite(norm):
+        keys = float_keys(phi)
+        norms = tensor_norms(model, keys, phi)
+        check_finite(model, keys, norms)
+        norm = total_norm(norms)
     if max_norm > 0 and norm > max_norm:
         raise BadUpdate("norm", f"update norm ||w - phi|| = {norm:.4g} > "
                                 f"max-update-norm = {max_norm:g}")
-    return model, float(n), norm
+    return norm
 
 
 def check_record(name: str, arrays: ArrayRecord, expected: State,
@@ -219,6 +245,7 @@ class Screened:
     norms: dict[int, float] = field(default_factory=dict)
     up: dict[int, dict[str, State]] = field(default_factory=dict)
     up_norms: dict[int, dict[str, float]] = field(default_factory=dict)
+    prepared: PreparedMean | None = None
 
     def count(self, key: str) -> None:
         self.counts[key] = self.counts.get(key, 0) + 1
@@ -234,6 +261,8 @@ def screen_replies(
     order: Callable[[int], object], *, records: Mapping[str, State] | None = None,
     centers: Mapping[str, State] | None = None, metrics: Mapping[str, ReplyMetric] | None = None,
     undecodable: Mapping[int, str] | None = None,
+    mean_weights: Callable[[list[float]], list[float] | None] | None = None,
+    mean_out: State | None = None,
 ) -> Screened:
     """Split a round's replies into good ones and counted failures.
 
@@ -246,11 +275,26 @@ def screen_replies(
     screened; `centers`: where their norms are measured from (the rule's `up_centers()`, 0 for
     the others); `metrics`: the numbers the rule reads; `undecodable`: id(reply) -> why its model
     could not be decoded (uplink-bits), dropped as malformed.
+
+    The norms are measured in one pass over the models (`strategies.blocks.norms_and_sum`);
+    with `mean_weights` (the claims of the replies, in their aggregation order -> the weights
+    p_i of the rule's mean sum_i p_i w_i - phi, or None) the same pass also computes that
+    mean, into `mean_out` when given, kept as `prepared`: what the rule's `aggregate_update` takes
+    when no reply is dropped, clipped or reweighted afterwards.
     """
     records, centers, undecodable = records or {}, centers or {}, undecodable or {}
     out = Screened(counts={"replies": 0, "errors": 0, "timeouts": 0, "dropped": 0})
     node_of = {m.metadata.message_id: m.metadata.dst_node_id for m in sent if m.metadata.message_id}
     answered = set()
+
+    def drop(node: int, bad: BadUpdate) -> None:
+        out.drop(bad.reason)
+        log(WARNING, "round %d: dropped the reply of %s: %s", server_round, describe(node),
+            bad.detail)
+
+    # 1. what each reply is (error, duplicate) and its layout; 2. every update norm, in one
+    # pass over the models (strategies.blocks); 3. the values: finite, norm bound, records
+    parsed = []  # (node, message, model, weight, its records)
     for msg in replies:
         node = node_of.get(msg.metadata.reply_to_message_id, msg.metadata.src_node_id)
         if node in answered:  # one reply per instruction: a repeated one is not counted twice
@@ -267,7 +311,20 @@ def screen_replies(
             if id(msg) in undecodable:
                 raise BadUpdate("malformed", undecodable[id(msg)])
             taken = take_records(msg.content, records)
-            model, n, norm = check_update(msg.content, phi, weight_key, max_norm, metrics)
+            model, n = check_reply(msg.content, phi, weight_key, metrics)
+        except BadUpdate as bad:
+            drop(node, bad)
+            continue
+        parsed.append((node, msg, model, n, taken))
+    parsed.sort(key=lambda item: order(item[0]))  # the order of the aggregate
+    models = [model for _, _, model, _, _ in parsed]
+    weights = mean_weights([n for _, _, _, n, _ in parsed]) if mean_weights and parsed else None
+    norms, mean = norms_and_sum(models, phi, float_keys(phi), weights, mean_out)
+    if mean is not None:
+        out.prepared = PreparedMean(models, weights, phi, mean)
+    for (node, msg, model, n, taken), norm in zip(parsed, norms):
+        try:
+            norm = check_norms(model, phi, norm, max_norm)
             up, up_norms = {}, {}
             for name, layout in records.items():
                 if name not in taken:
@@ -276,9 +333,7 @@ def screen_replies(
                 up[name], up_norms[name] = check_record(name, taken[name], layout,
                                                         centers.get(name))
         except BadUpdate as bad:
-            out.drop(bad.reason)
-            log(WARNING, "round %d: dropped the reply of %s: %s", server_round, describe(node),
-                bad.detail)
+            drop(node, bad)
             continue
         out.good.append((msg, model, n))
         out.norms[id(msg)], out.up[id(msg)], out.up_norms[id(msg)] = norm, up, up_norms
@@ -365,9 +420,9 @@ def limit_influence(server_round: int, screened: Screened, phi: State, norm_rati
                 log(WARNING, "round %d: %s sent an update of norm %.4g > %g x the round's median "
                     "%.4g: scaled down to it (update-clip-ratio)", server_round,
                     describe(msg.metadata.src_node_id), norm, clip_ratio, median)
-                scale = bound / norm
-                good[i] = (msg, {k: phi[k] + (v - phi[k]) * scale if v.is_floating_point() else v
-                                 for k, v in model.items()}, n)
+                # w_i = phi + u_i * bound / ||u_i||, computed where a rule reads it (the
+                # weighted mean reweighs w_i and phi instead: strategies.blocks)
+                good[i] = (msg, ScaledUpdate(model, phi, bound / norm), n)
                 screened.norms[id(msg)] = bound
     if max_weight > 0:
         cap_weights(server_round, screened, max_weight, describe,

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .blocks import PreparedMean
 from .server_update import State, aggregate_update, client_weights
 
 AGGREGATORS = ("mean", "median", "trimmed-mean", "krum", "multikrum", "bulyan")
@@ -145,17 +146,21 @@ def clip_update_(model: State, phi: State, clip: float) -> State:
 
 
 def aggregate(cfg: RobustConfig, phi: State, models: Sequence[State], num_examples: Sequence[float],
-              weighting: str, server_round: int = 0) -> State:
+              weighting: str, server_round: int = 0, out: State | None = None,
+              prepared: PreparedMean | None = None) -> State:
     """d for the round: the configured rule over the updates, then the DP noise if any.
 
     `weighting` ('examples' or 'uniform') weights the mean and MultiKrum's average; the
     coordinate-wise rules (median, trimmed mean, Bulyan) and Krum are unweighted, as in Flower.
+    `out`: where the mean may be written (a buffer of an earlier round); `prepared`: the mean
+    the screen computed (`aggregate_update` takes it when it is this one).
     """
     if cfg.dp_clipping_norm > 0:
         models = [clip_update_(m, phi, cfg.dp_clipping_norm) for m in models]
     rule = cfg.aggregator
     if rule == "mean":
-        d = aggregate_update(phi, models, client_weights(num_examples, weighting))
+        d = aggregate_update(phi, models, client_weights(num_examples, weighting), out,
+                             prepared)
     elif rule in ("median", "trimmed-mean"):
         fn = coordinate_median if rule == "median" else lambda s: trimmed_mean(s, cfg.trim)
         d = {k: fn(stack_updates(phi, models, k)) for k in float_keys(phi)}

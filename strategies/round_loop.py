@@ -11,6 +11,7 @@ in `server_update` (plain PyTorch).
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from collections.abc import Callable, Iterable, Mapping
 from logging import INFO, WARNING
@@ -236,7 +237,9 @@ class MethodStrategy(RoundConfig, FedAvg):
                                   self.weighted_by_key, self.max_update_norm,
                                   self.nodes.describe, self.nodes.order_key,
                                   records=self.up_records, centers=self.rule.up_centers(),
-                                  metrics=self.rule.up_metrics, undecodable=undecodable)
+                                  metrics=self.rule.up_metrics, undecodable=undecodable,
+                                  mean_weights=self._mean_weights,
+                                  mean_out=self.rule.mean_buffer)
         limit_influence(server_round, screened, self._phi, *self.influence, self.nodes.describe,
                         max_weight=self.max_num_examples, clip_ratio=self.update_clip_ratio,
                         record_ratio=self.record_norm_ratio,
@@ -251,9 +254,13 @@ class MethodStrategy(RoundConfig, FedAvg):
         else:
             self.rule.num_clients = self.nodes.num_slots  # N: the partitions of the federation
             self.rule.client_ids = self._partitions_of(screened.good)
-            arrays, skip = self.rule.aggregate(server_round, screened.good, self._phi,
-                                               [screened.up.get(id(m), {})
-                                                for m, _, _ in screened.good])
+            self.rule.prepared_mean = screened.prepared
+            try:
+                arrays, skip = self.rule.aggregate(server_round, screened.good, self._phi,
+                                                   [screened.up.get(id(m), {})
+                                                    for m, _, _ in screened.good])
+            finally:
+                self.rule.prepared_mean = None
         if skip is not None:
             log(WARNING, "round %d skipped (%s): the model and the server state are unchanged",
                 server_round, skip)
@@ -271,6 +278,17 @@ class MethodStrategy(RoundConfig, FedAvg):
         if self.round_metrics_fn:
             self.round_metrics_fn(server_round, metrics)
         return arrays, metrics
+
+    def _mean_weights(self, num_examples: list[float]) -> list[float] | None:
+        """The weights of the rule's mean if `limit_influence` drops and clips none of the
+        replies of these claims: the claims capped as it caps them."""
+        bound = self.max_num_examples
+        weight_ratio = self.influence[1]  # (num-examples-ratio)
+        if not bound and weight_ratio > 0 and len(num_examples) >= 2:
+            bound = weight_ratio * statistics.median(num_examples)
+        if bound:
+            num_examples = [min(n, bound) for n in num_examples]
+        return self.rule.mean_weights(num_examples)
 
     def _partitions_of(self, good: list) -> list[int | None]:
         """The partition (client) of each good reply: the one its train message named, else

@@ -17,6 +17,8 @@ import torch
 
 from models.centralization import centralize_
 
+from .blocks import PreparedMean, weighted_sum_minus
+
 State = dict[str, torch.Tensor]
 
 
@@ -44,14 +46,16 @@ def client_weights(num_examples: Sequence[float], aggregation: str) -> list[floa
     return [n / total for n in num_examples]
 
 
-def aggregate_update(phi: State, models: Sequence[State], weights: Sequence[float]) -> State:
-    """d = sum_i w_i * models_i - phi, for the float tensors of phi (models: same dtypes as phi)."""
-    keys = [k for k, p in phi.items() if is_float(p)]
-    acc = [torch.zeros_like(phi[k]) for k in keys]
-    for w, model in zip(weights, models):
-        torch._foreach_add_(acc, [model[k] for k in keys], alpha=w)
-    torch._foreach_sub_(acc, [phi[k] for k in keys])
-    return dict(zip(keys, acc))
+def aggregate_update(phi: State, models: Sequence[State], weights: Sequence[float],
+                     out: State | None = None, prepared: PreparedMean | None = None) -> State:
+    """d = sum_i w_i * models_i - phi, for the float tensors of phi (models: same dtypes as phi),
+    into `out` when given (a buffer of an earlier round: no new model-sized memory). One pass
+    over the models, a cache-sized block at a time (`strategies.blocks`); none when `prepared`
+    (the screen's pass) already holds this very sum (same phi, models and weights)."""
+    if prepared is not None and prepared.matches(phi, models, weights):
+        return prepared.mean
+    return weighted_sum_minus(models, weights, phi, [k for k, p in phi.items() if is_float(p)],
+                              out)
 
 
 def global_gc_(d: State, names: Sequence[str], vectors: str) -> None:

@@ -42,7 +42,15 @@ def nonfinite_parts(state: Mapping[str, Any]) -> dict[str, list[str]]:
     """Each top-level entry of `state` holding NaN or Inf -> the names of its tensors that do."""
     found: dict[str, list[str]] = {}
     for part, value in state.items():
-        bad = [name for name, t in _tensors(value) if not bool(torch.isfinite(t).all())]
+        named = list(_tensors(value))
+        # one read of each tensor: a NaN or Inf makes the norm non-finite; only a tensor whose
+        # norm is not (NaN, Inf, or finite values whose norm overflows) is looked at closely
+        real = [t for _, t in named if t.is_floating_point()]
+        finite = iter(torch.isfinite(torch.stack(torch._foreach_norm(real))).tolist()
+                      if real else [])
+        bad = [name for name, t in named
+               if not (t.is_floating_point() and next(finite))
+               and not bool(torch.isfinite(t).all())]
         if bad:
             found[str(part)] = bad
     return found

@@ -19,11 +19,19 @@ def test_benchmark_smoke(tmp_path):
     out = subprocess.run(
         [sys.executable, "-m", "benchmarks.sim_vs_loop", "--tiny",
          "--json", str(tmp_path / "b.json")],
-        cwd=ROOT, capture_output=True, text=True, timeout=600)
+        cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    assert "| workload | plain s/round | app s/round | app training s/round |" in out.stdout
+    assert ("| workload | plain s/round | app s/round | app training s/round | app round 1 s "
+            "| eta (median of pairs) | eta spread (min-max) | pairs |") in out.stdout
     assert "server aggregation of 10 ResNet-18 updates" in out.stdout
     figures = json.loads((tmp_path / "b.json").read_text())
     tiny = figures["workloads"]["tiny"]
-    assert tiny["eta"] > 0 and len(tiny["app"]["round-seconds"]) == 2
-    assert figures["info"]["torch"] and figures["aggregation-10-resnet18-ms"] > 0
+    # --tiny: 2 blocks of 1 plain round and 1 + 1 app rounds, interleaved -> 2 pairs
+    assert [len(b) for b in tiny["app"]["round-seconds"]] == [1, 1]
+    assert [len(b) for b in tiny["plain"]["round-seconds"]] == [1, 1]
+    assert len(tiny["app"]["first-round-seconds"]) == 2
+    pairs = tiny["pair-ratios"]
+    assert len(pairs) == 2 and all(r > 0 for r in pairs)
+    assert min(pairs) <= tiny["eta"] <= max(pairs) and tiny["eta-spread"] == [min(pairs),
+                                                                             max(pairs)]
+    assert figures["info"]["torch"] and figures["aggregation-10-resnet18"]["app-ms"] > 0
