@@ -112,6 +112,7 @@ def train(msg: Message, context: Context) -> Message:
     train_x, train_y, _, _ = on_device(data, device)
     if cfg["pad-to-full-batches"]:  # GC-Fed's full batches (num-examples stays the true size)
         train_x, train_y = pad_to_full_batches(train_x, train_y, cfg["batch-size"])
+    train_x, transform = transform.prepare(train_x)  # no augmentation: normalized here, once
     down = {k: v for k, v in msg.content.array_records.items() if k != "arrays"}
     _, num_partitions = data_partition_of(msg, context)
     store = store_for(c, pid, context.node_config, context.state)  # per-client state, if any

@@ -71,6 +71,25 @@ class TrainTransform:
     def augments(self) -> bool:
         return self.crop_flip
 
+    def prepare(self, x: torch.Tensor, max_bytes: int = 256 * 2**20
+                ) -> tuple[torch.Tensor, TrainTransform | None]:
+        """(the training inputs, the transform left for each mini-batch, None for none).
+
+        Without augmentation the transform is the normalization alone, elementwise: then the
+        whole partition `x` is normalized here, once per local update, unless its float copy
+        would take more than `max_bytes`. The batches hold the same values as when normalized
+        one by one, for one pass over the data instead of one per epoch and one set of
+        parallel kernels instead of one per step (on a CPU shared with other work each is a
+        wait for a descheduled thread: the plain loop of `benchmarks/` pays none).
+        """
+        if self.crop_flip:
+            return x, self
+        if self.spec.kind == "chars":
+            return x, None
+        if x.numel() * 4 > max_bytes:
+            return x, self
+        return normalize(x, self.spec), None
+
     def __call__(self, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         if self.spec.kind == "chars":
             return x

@@ -99,6 +99,32 @@ def test_local_update_with_augmentation_is_deterministic():
                            torch.cat([p.detach().flatten() for p in model.parameters()]))
 
 
+def test_prepare_normalizes_the_partition_once_to_the_same_values():
+    """Without augmentation the client normalizes its partition once (TrainTransform.prepare):
+    every mini-batch and the trained model are bit for bit those of batch-by-batch
+    normalization."""
+    x, y = batch(40, seed=2), torch.arange(40) % 10
+    t = TrainTransform(CIFAR, "none")
+    whole, left = t.prepare(x)
+    assert left is None and whole.dtype == torch.float32
+    idx = torch.randperm(40, generator=torch.Generator().manual_seed(0))[:8]
+    assert torch.equal(whole[idx], t(x[idx], torch.Generator()))
+    cfg = LocalConfig(lr=0.05, local_epochs=2, batch_size=8)
+    weights = []
+    for inputs, transform in ((x, t), (whole, left)):
+        model = build_model("cnn", (3, 32, 32), 10, seed=0)
+        local_update(model, inputs, y, cfg, torch.Generator().manual_seed(3), transform)
+        weights.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
+    assert torch.equal(weights[0], weights[1])
+    # augmentation, or a float copy above max_bytes: batch by batch as before; text as it is
+    crop = TrainTransform(CIFAR, "crop-flip")
+    assert crop.prepare(x) == (x, crop)
+    assert t.prepare(x, max_bytes=x.numel() * 4 - 1) == (x, t)
+    assert t.prepare(x, max_bytes=x.numel() * 4)[1] is None
+    tokens = torch.from_numpy(char_indices(["to be"], 80))
+    assert TrainTransform(DATASET_BY_NAME["shakespeare"], "none").prepare(tokens) == (tokens, None)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 def test_transform_on_the_gpu_matches_the_cpu():
     t = TrainTransform(CIFAR, "crop-flip", rotation=10.0)
