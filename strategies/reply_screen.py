@@ -424,17 +424,27 @@ def limit_influence(server_round: int, screened: Screened, phi: State, norm_rati
                 # weighted mean reweighs w_i and phi instead: strategies.blocks)
                 good[i] = (msg, ScaledUpdate(model, phi, bound / norm), n)
                 screened.norms[id(msg)] = bound
-    if max_weight > 0:
-        cap_weights(server_round, screened, max_weight, describe,
-                    f"more than the largest partition ({max_weight:g}): weighted as "
-                    f"{max_weight:g} (num-examples-check)")
-    if weight_ratio > 0 and len(good) >= 2 and not max_weight:  # (the split unknown)
-        bound = weight_ratio * statistics.median(n for _, _, n in good)
+    bound = claim_bound([n for _, _, n in good], max_weight, weight_ratio)
+    if bound and max_weight > 0:
+        cap_weights(server_round, screened, bound, describe,
+                    f"more than the largest partition ({bound:g}): weighted as "
+                    f"{bound:g} (num-examples-check)")
+    elif bound:
         cap_weights(server_round, screened, bound, describe,
                     f"> {weight_ratio:g} x the round's median: weighted as {bound:g} "
                     "(num-examples-ratio)")
     screened.counts["replies"] = len(good)
     return screened
+
+
+def claim_bound(claims: Sequence[float], max_weight: float, weight_ratio: float) -> float:
+    """The weight no claim of these replies may exceed (0 = none): `max_weight`, the largest
+    partition, where the split is known; else `weight_ratio` x the median claim (2+ replies)."""
+    if max_weight > 0:
+        return max_weight
+    if weight_ratio > 0 and len(claims) >= 2:
+        return weight_ratio * statistics.median(claims)
+    return 0.0
 
 
 # A node may say it holds partition `partition-id` of `num-partitions`; more partitions than

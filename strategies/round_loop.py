@@ -11,7 +11,6 @@ in `server_update` (plain PyTorch).
 from __future__ import annotations
 
 import math
-import statistics
 import time
 from collections.abc import Callable, Iterable, Mapping
 from logging import INFO, WARNING
@@ -26,7 +25,7 @@ from flwr.serverapp.strategy.strategy_utils import log_strategy_start_info
 from models.wire import state_view
 
 from .nodes import Nodes
-from .reply_screen import limit_influence, screen_replies, short_reason
+from .reply_screen import claim_bound, limit_influence, screen_replies, short_reason
 from .state_check import check_server_state
 
 
@@ -282,10 +281,7 @@ class MethodStrategy(RoundConfig, FedAvg):
     def _mean_weights(self, num_examples: list[float]) -> list[float] | None:
         """The weights of the rule's mean if `limit_influence` drops and clips none of the
         replies of these claims: the claims capped as it caps them."""
-        bound = self.max_num_examples
-        weight_ratio = self.influence[1]  # (num-examples-ratio)
-        if not bound and weight_ratio > 0 and len(num_examples) >= 2:
-            bound = weight_ratio * statistics.median(num_examples)
+        bound = claim_bound(num_examples, self.max_num_examples, self.influence[1])
         if bound:
             num_examples = [min(n, bound) for n in num_examples]
         return self.rule.mean_weights(num_examples)
