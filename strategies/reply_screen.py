@@ -42,6 +42,7 @@ from methods.parts import FLOATS, PARAMETERS, ReplyMetric, UpRecord
 from models.wire import state_view
 
 from .blocks import PreparedMean, ScaledUpdate, norms_and_sum
+from .server_update import float_keys
 
 State = dict[str, torch.Tensor]
 
@@ -164,22 +165,11 @@ def check_metric(metrics, name: str, spec: ReplyMetric) -> None:
                         f"{spec.high:g}] (the server rule reads it)")
 
 
-def check_update(content: RecordDict, phi: State, weight_key: str, max_norm: float = 0.0,
-                 metrics: Mapping[str, ReplyMetric] | None = None) -> tuple[State, float, float]:
-    """The reply's model (read-only views), weight and update norm ||w - phi||, or BadUpdate
-    saying why it cannot be aggregated. `metrics`: the numbers the server rule reads."""
-    model, n = check_reply(content, phi, weight_key, metrics)
-    return model, n, check_norms(model, phi, update_norm(model, phi), max_norm)
-
-
-def float_keys(phi: State) -> list[str]:
-    return [k for k, v in phi.items() if v.is_floating_point()]
-
-
 def check_reply(content: RecordDict, phi: State, weight_key: str,
                 metrics: Mapping[str, ReplyMetric] | None = None) -> tuple[State, float]:
-    """`check_update` but for the values: the reply's model (read-only views) and weight, or
-    BadUpdate (its records, weight, metrics, keys, shapes, dtypes)."""
+    """The reply's model (read-only views) and weight, or BadUpdate saying why it cannot be
+    aggregated (its records, weight, `metrics`: the numbers the server rule reads, keys, shapes,
+    dtypes); its values are checked by `check_norms`."""
     if len(content.array_records) != 1 or len(content.metric_records) != 1:
         raise BadUpdate("malformed", f"{len(content.array_records)} ArrayRecord(s) and "
                         f"{len(content.metric_records)} MetricRecord(s), expected one of each")
@@ -217,7 +207,7 @@ def check_record(name: str, arrays: ArrayRecord, expected: State,
     prefix = f"record '{name}': "
     state = views(arrays, prefix)
     check_layout(state, expected, "its declaration", prefix)
-    keys = [k for k, v in expected.items() if v.is_floating_point()]
+    keys = float_keys(expected)
     norms = tensor_norms(state, keys, center)
     check_finite(state, keys, norms, prefix)
     return state, total_norm(norms)

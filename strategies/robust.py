@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import torch
 
 from .blocks import PreparedMean
-from .server_update import State, aggregate_update, client_weights
+from .server_update import State, aggregate_update, client_weights, float_keys
 
 AGGREGATORS = ("mean", "median", "trimmed-mean", "krum", "multikrum", "bulyan")
 
@@ -65,10 +65,6 @@ def robust_config(cfg) -> RobustConfig:
 
 class TooFewUpdates(ValueError):
     """The rule needs more updates than the round has (e.g. Bulyan: n >= 4f + 3)."""
-
-
-def float_keys(phi: State) -> list[str]:
-    return [k for k, p in phi.items() if p.is_floating_point()]
 
 
 def stack_updates(phi: State, models: Sequence[State], key: str) -> torch.Tensor:

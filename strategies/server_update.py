@@ -26,6 +26,11 @@ def is_float(t: torch.Tensor) -> bool:
     return t.is_floating_point()
 
 
+def float_keys(phi: State) -> list[str]:
+    """The names of phi's float tensors: those an update moves (not e.g. BatchNorm's counts)."""
+    return [k for k, v in phi.items() if v.is_floating_point()]
+
+
 def lookahead(theta: State, m: State, lam: float) -> State:
     """phi = theta + lam * m on float tensors (others are copied from theta)."""
     return {k: torch.add(v, m[k], alpha=lam) if k in m else v for k, v in theta.items()}

@@ -10,11 +10,18 @@ from flwr.app import ArrayRecord, Context, Error, Message, MetricRecord, RecordD
 
 import server_app.app as server
 from fakegrid import FakeGrid, client_app_handler
-from strategies.reply_screen import BadUpdate, check_update, update_norm
+from strategies.reply_screen import BadUpdate, check_norms, check_reply, update_norm
 from strategy_helpers import LookaheadFedAvg, random_state, reply
 
 SIZES = [10, 30, 25, 5]
 DELTAS = [{k: 0.1 * v for k, v in random_state(40 + i).items()} for i in range(4)]
+
+
+
+def check_update(content, phi, weight_key, max_norm=0.0, metrics=None):
+    """One reply screened as screen_replies screens it: its layout, then its values."""
+    model, n = check_reply(content, phi, weight_key, metrics)
+    return model, n, check_norms(model, phi, update_norm(model, phi), max_norm)
 
 
 def corrupt(kind: str, model: dict) -> dict | RecordDict:
