@@ -22,10 +22,6 @@ from .blocks import PreparedMean, weighted_sum_minus
 State = dict[str, torch.Tensor]
 
 
-def is_float(t: torch.Tensor) -> bool:
-    return t.is_floating_point()
-
-
 def float_keys(phi: State) -> list[str]:
     """The names of phi's float tensors: those an update moves (not e.g. BatchNorm's counts)."""
     return [k for k, v in phi.items() if v.is_floating_point()]
@@ -59,8 +55,7 @@ def aggregate_update(phi: State, models: Sequence[State], weights: Sequence[floa
     (the screen's pass) already holds this very sum (same phi, models and weights)."""
     if prepared is not None and prepared.matches(phi, models, weights):
         return prepared.mean
-    return weighted_sum_minus(models, weights, phi, [k for k, p in phi.items() if is_float(p)],
-                              out)
+    return weighted_sum_minus(models, weights, phi, float_keys(phi), out)
 
 
 def global_gc_(d: State, names: Sequence[str], vectors: str) -> None:
