@@ -43,7 +43,8 @@ def test_one_pass_gives_the_exact_norms_and_the_plain_sum():
     for m, got in zip(models, norms):
         want = math.sqrt(sum(float((m[k].double() - phi[k].double()).square().sum())
                              for k in KEYS))
-        assert got == pytest.approx(want, rel=1e-5)  # float32 per block, float64 across
+        # float32 per block (BLAS: 2.3e-6 at most measured), float64 across
+        assert got == pytest.approx(want, rel=1e-4)
     assert all(torch.equal(mean[k], weighted_sum_minus(models, weights, phi, KEYS)[k])
                for k in KEYS)
     models[1]["bias"] = models[1]["bias"].clone()
