@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import io
+import math
 import warnings
 
 from collections.abc import Mapping
@@ -22,31 +23,37 @@ from flwr.app import Array, ArrayRecord
 from flwr.common.constant import SType
 
 
+MAGIC = b"\x93NUMPY"
+HEADER_WIDTH = {b"\x01\x00": 2, b"\x02\x00": 4}  # npy version -> bytes of the header length
+
+
 @functools.lru_cache(maxsize=1024)
-def _npy_header(head: bytes) -> tuple[tuple[int, ...], bool, np.dtype]:
-    """(shape, fortran_order, dtype) of an npy header (`head`: magic, length and dict), parsed
-    by NumPy once per distinct header: a model's headers repeat in every reply and round, and
-    NumPy's parser (`ast.literal_eval`) costs more than the view itself. NumPy's checks apply
-    (an error is raised again each time, never cached)."""
+def _npy_header(head: bytes) -> tuple[tuple[int, ...], str, np.dtype, int]:
+    """(shape, "F" or "C" order, dtype, number of elements) of an npy header (`head`: magic,
+    length and dict), parsed by NumPy once per distinct header: a model's headers repeat in
+    every reply and round, and NumPy's parser (`ast.literal_eval`) costs more than the view
+    itself. NumPy's checks apply (an error is raised again each time, never cached)."""
     bio = io.BytesIO(head)
     if np.lib.format.read_magic(bio) == (1, 0):
-        return np.lib.format.read_array_header_1_0(bio)
-    return np.lib.format.read_array_header_2_0(bio)
+        shape, fortran, dtype = np.lib.format.read_array_header_1_0(bio)
+    else:
+        shape, fortran, dtype = np.lib.format.read_array_header_2_0(bio)
+    if dtype.hasobject:
+        raise ValueError("object arrays are not model state")
+    return shape, "F" if fortran else "C", dtype, math.prod(shape)
 
 
 def array_view(data: bytes) -> np.ndarray:
     """A read-only NumPy view of an npy-serialized array (Flower's Array.data)."""
-    version = np.lib.format.read_magic(io.BytesIO(data))
-    if version not in ((1, 0), (2, 0)):  # a rarer header: let NumPy read it (a copy)
+    if not isinstance(data, bytes):
+        data = bytes(data)
+    width = HEADER_WIDTH.get(data[6:8]) if data[:6] == MAGIC else None
+    if width is None:  # not npy (NumPy says why), or a rarer version: NumPy reads it (a copy)
+        np.lib.format.read_magic(io.BytesIO(data))
         return np.load(io.BytesIO(data), allow_pickle=False)
-    width = 2 if version == (1, 0) else 4  # bytes of the header-length field, after the magic
     start = 8 + width + int.from_bytes(data[8:8 + width], "little")
-    shape, fortran, dtype = _npy_header(bytes(data[:start]))
-    if dtype.hasobject:
-        raise ValueError("object arrays are not model state")
-    count = int(np.prod(shape, dtype=np.int64))
-    flat = np.frombuffer(data, dtype=dtype, count=count, offset=start)
-    return flat.reshape(shape, order="F" if fortran else "C")
+    shape, order, dtype, count = _npy_header(data[:start])
+    return np.frombuffer(data, dtype=dtype, count=count, offset=start).reshape(shape, order=order)
 
 
 def state_view(arrays: ArrayRecord) -> dict[str, torch.Tensor]:
