@@ -242,6 +242,11 @@ KEYS: tuple[Key, ...] = (
         "message poll at once for nodes with no message (the same messages are delivered; "
         "docs/performance.md#many-clients); false = Flower's own poll, whose "
         "cost grows with nodes x messages in flight.", "federation", resume_may_differ=True),
+    Key("server-pass", str, "auto", "How the server reads the round's replies (update norms "
+        "and weighted mean, one pass): 'auto' = a C loop compiled at the start where a C "
+        "compiler is found (cc, gcc or clang; else PyTorch), 'torch' = plain PyTorch, nothing "
+        "compiled. The same numbers either way (docs/performance.md#the-servers-pass).",
+        "federation", choices=("auto", "torch"), resume_may_differ=True),
     # --- robustness: what one client can do to the model (docs/security.md) ---
     Key("update-norm-ratio", float, 30.0, "Drop a train reply whose update norm (of w_i - phi) "
         "exceeds this many times the median update norm of the round's replies; 0 = off.",

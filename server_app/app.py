@@ -21,6 +21,7 @@ from models import build_model
 from run_config import load_setup, resolve
 
 from reporting.tracking import build_trackers
+from strategies import block_kernel
 
 from . import console
 from .checkpoint import (check_resumable, find_checkpoint, load_checkpoint, resumed_run_name,
@@ -139,6 +140,7 @@ def run_server(grid: Grid, context: Context, where: dict) -> None:
                            test, run_dir, device, aggregate_metricrecords, traffic=grid.take)
     where["recorder"] = recorder
     recorder.trackers = build_trackers(cfg, run_dir)
+    block_kernel.set_mode(cfg["server-pass"])  # docs/performance.md#the-servers-pass
     strategy = build_strategy(cfg, model, train_metrics_aggr_fn=recorder.train_metrics)
     strategy.round_metrics_fn = recorder.note_train
     if partitions and cfg["num-examples-check"]:  # docs/security.md: what the server knows

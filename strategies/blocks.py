@@ -1,4 +1,4 @@
-"""The server's passes over a round's models, one cache-sized block at a time (plain PyTorch).
+"""The server's passes over a round's models, one cache-sized block at a time.
 
 Reading the replies is what a round costs: each model is ~45 MB for ResNet-18 and has to come
 from memory. `norms_and_sum` reads each reply once for both things the server needs: its update
@@ -17,6 +17,11 @@ same floating-point operations, element by element, as a whole-tensor pass (zero
 block in float32 (a dot product) and across blocks in float64 (closer to the exact norm than
 one float32 reduction over a whole tensor). A clipped update (`ScaledUpdate`) is summed as its
 model and phi, reweighted, without being computed.
+
+Where a C compiler is found, both passes run as one compiled loop instead
+(`strategies/block_kernel.py`: the three operations per element in one trip, four replies at a
+time); this module's PyTorch operations are the reference it is tested against and what runs
+without a compiler, for other dtypes, or with run config `server-pass = 'torch'`.
 """
 
 from __future__ import annotations
@@ -27,9 +32,15 @@ from collections.abc import Iterator, Mapping, Sequence
 
 import torch
 
+from . import block_kernel
+
 State = dict[str, torch.Tensor]
 
 BLOCK = 1 << 21  # elements per block (8 MiB of float32): phi, the sum and a difference fit L3
+# (smaller blocks were faster on a quiet box, much slower on a loaded one: more operations,
+# each waiting for its slower thread; docs/performance.md#server-aggregation)
+KERNEL_BLOCK = 1 << 18  # the compiled pass's (one call in all): phi's and the sum's block stay
+# in L2 while four replies stream by
 
 
 class ScaledUpdate(Mapping):
@@ -110,13 +121,16 @@ def norms_and_sum(models: Sequence[State], center: State, keys: Sequence[str],
     if not models:
         return [], None
     sizes = tuple(center[k].numel() for k in keys)
-    blocks = plan(sizes)
     ref = flat(center, keys)
     flats = [flat(m, keys) for m in models]
     acc = None
     if weights is not None:
         out = _buffer(out, center, keys)
         acc = flat(out, keys)
+    sq = block_kernel.run(flats, ref, acc, weights, plan(sizes, KERNEL_BLOCK), sizes)
+    if sq is not False:  # the compiled pass ran (strategies/block_kernel.py)
+        return sq.sum(1).sqrt().tolist(), (None if acc is None else {k: out[k] for k in keys})
+    blocks = plan(sizes)
     scratch = torch.empty(max((sum(b - a for _, a, b in block) for block in blocks), default=0),
                           dtype=torch.float64 if any(center[k].dtype == torch.float64
                                                      for k in keys) else torch.float32)
@@ -173,6 +187,9 @@ def weighted_sum_minus(models: Sequence[State], weights: Sequence[float], minus:
     acc = flat(out, keys)
     ref = flat(minus, keys)
     flats = [flat(m, keys) for m in raw]
+    if block_kernel.run(flats, ref, acc, weights, plan(sizes, KERNEL_BLOCK), sizes, minus_scale,
+                        norms=False) is not False:
+        return {k: out[k] for k in keys}
     for block in plan(sizes):
         acc_block = pieces(acc, block, sizes)
         torch._foreach_zero_(acc_block)
