@@ -35,3 +35,22 @@ def test_benchmark_smoke(tmp_path):
     assert min(pairs) <= tiny["eta"] <= max(pairs) and tiny["eta-spread"] == [min(pairs),
                                                                              max(pairs)]
     assert figures["info"]["torch"] and figures["aggregation-10-resnet18"]["app-ms"] > 0
+
+
+@pytest.mark.long
+def test_ray_cost_smoke(tmp_path):
+    """benchmarks/ray_cost.py: the plain loop, the plain loop in a Ray actor and the app
+    in-process, one block of 1 + 1 rounds each: one pair per side."""
+    out = subprocess.run(
+        [sys.executable, "-m", "benchmarks.ray_cost", "--tiny", "--json", str(tmp_path / "r.json")],
+        cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert ("| workload | plain s/round | plain in a Ray actor s/round | ray eta (min-max) "
+            "| app in-process s/round | app eta (min-max) | pairs |") in out.stdout
+    figures = json.loads((tmp_path / "r.json").read_text())
+    assert {side: [len(b) for b in blocks] for side, blocks in figures["round-seconds"].items()
+            } == {"plain": [1], "ray": [1], "app": [1]}
+    for side in ("ray", "app"):
+        (pair,) = figures[f"{side}-pair-ratios"]
+        assert pair > 0 and figures[f"{side}-eta"] == pair
+        assert figures[f"{side}-eta-spread"] == [pair, pair]
