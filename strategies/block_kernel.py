@@ -177,7 +177,12 @@ def _load():
             log(WARNING, "Server pass: PyTorch (%s could not build the compiled one: %s; "
                          "server-pass = 'torch' skips the attempt)", cc, errors)
             return None
-        fn = ctypes.CDLL(lib).blocks_f32  # loaded: the file may go with its directory
+        try:  # loaded: the file may go with its directory
+            fn = ctypes.CDLL(lib).blocks_f32
+        except OSError as err:  # e.g. a temporary directory mounted noexec
+            log(WARNING, "Server pass: PyTorch (the compiled one did not load: %s; "
+                         "server-pass = 'torch' skips the attempt)", err)
+            return None
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
     fn.argtypes = [i64, i64, ptr, ptr, ptr, ptr, i64, i64, i64, ptr, ptr, ptr, ptr,
                    ctypes.c_double, ptr]
@@ -196,6 +201,8 @@ def _threads() -> ThreadPoolExecutor:
     with _pool_lock:
         count = max(1, torch.get_num_threads())
         if _pool is None or _pool[0] != count:
+            if _pool is not None:
+                _pool[1].shutdown(wait=False)  # its threads end when idle
             _pool = (count, ThreadPoolExecutor(count, thread_name_prefix="server-pass"))
         return _pool[1]
 

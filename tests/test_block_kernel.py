@@ -138,13 +138,16 @@ def test_other_tensors_and_mode_torch_go_to_pytorch():
     assert norms[0] == pytest.approx(want, rel=1e-12)
 
 
-@pytest.mark.parametrize("why", ["no compiler", "a compiler that fails"])
+@pytest.mark.parametrize("why", ["no compiler", "a compiler that fails", "a library that "
+                                 "does not load"])
 def test_without_a_working_compiler_the_server_says_so_once_and_runs_pytorch(
         monkeypatch, caplog, why):
     if why == "no compiler":
         monkeypatch.setattr(block_kernel, "compiler", lambda: None)
-    else:
+    elif why == "a compiler that fails":
         monkeypatch.setenv("CC", "false")  # exits 1 for every command line
+    else:  # e.g. /tmp mounted noexec: dlopen refuses the file
+        monkeypatch.setenv("CC", "true")  # "builds" nothing: there is no file to load
     block_kernel._load.cache_clear()
     try:
         phi, models = states(3)
@@ -155,6 +158,7 @@ def test_without_a_working_compiler_the_server_says_so_once_and_runs_pytorch(
         said = [r.getMessage() for r in caplog.records if "Server pass: PyTorch" in r.getMessage()]
         assert len(said) == 1
         assert ("no C compiler" in said[0]) == (why == "no compiler")
+        assert ("did not load" in said[0]) == why.startswith("a library")
         want = sum(w * m["fc"].double() for w, m in zip([0.2, 0.3, 0.5], models))
         torch.testing.assert_close(mean["fc"].double(), want - phi["fc"].double(), rtol=0,
                                    atol=1e-5)
