@@ -164,3 +164,19 @@ def test_without_a_working_compiler_the_server_says_so_once_and_runs_pytorch(
                                    atol=1e-5)
     finally:
         block_kernel._load.cache_clear()  # the next test compiles (or not) afresh
+
+
+@pytest.mark.parametrize("mode", ["torch", "auto"])
+def test_the_run_config_key_picks_the_pass_of_the_servers_run(monkeypatch, tmp_path, mode):
+    """`server-pass` reaches the ServerApp's strategy: with 'torch' the compiled pass is never
+    even looked for; with 'auto' it is (here it "fails to build": the run goes on in PyTorch)."""
+    from inprocess import run_in_process
+
+    looked = []
+    monkeypatch.setattr(block_kernel, "_load", lambda: looked.append(1))
+    block_kernel.set_mode("torch" if mode == "auto" else "auto")  # the run must set it
+    run_in_process({"model": "mlp", "num-server-rounds": 1, "local-iterations": 1,
+                    "checkpoint-every": 0, "plot-every": 0, "out-dir": str(tmp_path),
+                    "run-name": mode, "server-pass": mode}, 2)
+    assert bool(looked) == (mode == "auto")
+    assert (tmp_path / mode / "final_model.pt").exists()
