@@ -39,8 +39,8 @@ State = dict[str, torch.Tensor]
 BLOCK = 1 << 21  # elements per block (8 MiB of float32): phi, the sum and a difference fit L3
 # (smaller blocks were faster on a quiet box, much slower on a loaded one: more operations,
 # each waiting for its slower thread; docs/performance.md#server-aggregation)
-KERNEL_BLOCK = 1 << 18  # the compiled pass's (one call in all): phi's and the sum's block stay
-# in L2 while four replies stream by
+KERNEL_BLOCK = 1 << 18  # the compiled pass's (one call in all, so small blocks cost nothing):
+# the blocks of phi and of the sum (1 MiB each) stay in the cache while four replies stream by
 
 
 class ScaledUpdate(Mapping):
