@@ -37,7 +37,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchmarks.sim_vs_loop import TINY, WORKLOADS, Workload, make_cifar_copy, plain_loop
+from benchmarks.sim_vs_loop import (TINY, WORKLOADS, Workload, app_config, make_cifar_copy,
+                                   plain_loop)
 
 ROOT = Path(__file__).resolve().parents[1]
 SIDES = ("plain", "ray", "app")
@@ -63,16 +64,10 @@ class _Trainer:
 
 
 def app_block(w: Workload, rounds: int, data: Path, out: Path) -> dict:
-    """The app's rounds in the in-process runtime (sim_vs_loop's run config)."""
+    """The app's rounds in the in-process runtime, with sim_vs_loop's run config."""
     from inprocess import run_in_process
 
-    run_config = {
-        "method": "fedavg", "dataset": "cifar10", "dataset-path": str(data),
-        "partitioner": "iid", "model": w.model, "local-epochs": w.epochs,
-        "batch-size": w.batch, "lr": 0.01, "weight-decay": 0.0, "grad-clip": 0.0,
-        "augment": "none", "client-val-fraction": 0.0, "fraction-train": 1.0,
-        "min-train-nodes": w.clients, "num-server-rounds": rounds, "eval-every": rounds,
-        "checkpoint-every": 0, "plot-every": 0, "out-dir": str(out), "run-name": "app"}
+    run_config = app_config(w, rounds, data, out, "app")
     run_in_process(run_config, w.clients)
     rows = json.loads((out / "app" / "results.json").read_text())["rounds"]
     return {"round-seconds": [r["seconds"] for r in rows if r["round"] > 0]}

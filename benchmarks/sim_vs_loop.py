@@ -170,19 +170,24 @@ def flwr_run_peak(link, run_config: str, federation: str, every: float = 0.5) ->
     return proc, wall, peak[0]
 
 
+def app_config(w: Workload, rounds: int, data: Path, out: Path, name: str) -> dict:
+    """The app's run config for this workload: FedAvg, plain SGD, no augmentation, every client
+    every round, the test set evaluated in the last round only."""
+    return {"method": "fedavg", "dataset": "cifar10", "dataset-path": str(data),
+            "partitioner": "iid", "model": w.model, "local-epochs": w.epochs,
+            "batch-size": w.batch, "lr": 0.01, "weight-decay": 0.0, "grad-clip": 0.0,
+            "augment": "none", "client-val-fraction": 0.0, "fraction-train": 1.0,
+            "min-train-nodes": w.clients, "num-server-rounds": rounds, "eval-every": rounds,
+            "checkpoint-every": 0, "out-dir": str(out), "run-name": name}
+
+
 def app_run(w: Workload, rounds: int, data: Path, out: Path, gpus_per_client: float,
             link=None, run_name: str | None = None) -> dict:
     """One `flwr run` of `rounds` rounds (on `link`, a running LocalSuperLink, else its own)."""
     from reporting.superlink import LocalSuperLink
 
     name = run_name or w.name
-    run_config = " ".join([
-        "method='fedavg'", "dataset='cifar10'", f"dataset-path='{data}'", "partitioner='iid'",
-        f"model='{w.model}'", f"local-epochs={w.epochs}", f"batch-size={w.batch}", "lr=0.01",
-        "weight-decay=0.0", "grad-clip=0.0", "augment='none'", "client-val-fraction=0.0",
-        "fraction-train=1.0", f"min-train-nodes={w.clients}", f"num-server-rounds={rounds}",
-        f"eval-every={rounds}", "checkpoint-every=0", f"out-dir='{out}'", f"run-name='{name}'",
-    ])
+    run_config = " ".join(f"{k}={v!r}" for k, v in app_config(w, rounds, data, out, name).items())
     federation = f"num-supernodes={w.clients} client-resources-num-cpus={os.cpu_count() or 1}"
     if gpus_per_client > 0:
         federation = (f"num-supernodes={w.clients} client-resources-num-cpus=1 "
