@@ -20,7 +20,7 @@ floor: a plain fused weighted mean of the same replies, sum_i n_i / n * w_i: zer
 The replies are real Flower `Message`s carrying an `ArrayRecord` (model + Gaussian noise, 500
 examples each), deflated and inflated as Flower's grid receives them off the wire; each is built
 once and answers every round. Round 1 is not timed in the pairs (its one-time costs: the
-compiled pass of `strategies/block_kernel.py`, built at the first aggregation, and the first
+compiled pass of `server_math/block_kernel.py`, built at the first aggregation, and the first
 allocations; shown as `app round 1 ms`). Each repeat times the floor and the app on the same
 replies, interleaved (floor, app, app, floor, floor, app, ...), so a change of load moves both;
 before each, one byte of every page of the replies is read (untimed): memory left unread for
@@ -177,7 +177,7 @@ def time_pairs(model_name: str, n: int, repeats: int) -> dict:
     acc = [torch.zeros_like(v) for k, v in model.state_dict().items() if k in keys]
     floor_ms, app_ms, diffs = [], [], []
     # round 1 is untimed in the pairs: its one-time costs (the compiled pass of
-    # strategies/block_kernel, first allocations) are reported on their own
+    # server_math/block_kernel, first allocations) are reported on their own
     answers = grid.send_and_receive(strategy.configure_train(1, arrays, ConfigRecord(), grid))
     t = time.perf_counter()
     arrays, _ = strategy.aggregate_train(1, answers)
@@ -269,7 +269,7 @@ def main() -> None:
     parser.add_argument("--memory-of", choices=("app", "floor"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     logging.getLogger("flwr").setLevel(logging.WARNING)  # no per-round log lines
-    from strategies import block_kernel
+    from server_math import block_kernel
 
     block_kernel.set_mode(args.server_pass)
     if args.memory_of:

@@ -90,7 +90,7 @@ class ModelStepRule(momentum.MomentumRule):
         import torch
         from flwr.app import ArrayRecord
 
-        from strategies.server_update import aggregate_update, client_weights, global_gc_
+        from server_math.server_update import aggregate_update, client_weights, global_gc_
 
         if self.num_clients < len(good):
             return None, (f"N = {self.num_clients} clients known, fewer than the "

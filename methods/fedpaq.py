@@ -196,7 +196,7 @@ class UplinkDecoder:
         Nothing a client sends makes this raise."""
         from flwr.app import ArrayRecord
 
-        from strategies.reply_screen import short_reason
+        from server_math.reply_screen import short_reason
 
         failed = {}
         for msg in replies:

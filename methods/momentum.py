@@ -1,5 +1,5 @@
 """The server rule of FedAvg, FedAvgM, FedACG, FedAGM and the GC-Fed family
-(docs/algorithms.md #server-round), on the plain-PyTorch maths of `strategies.server_update`:
+(docs/algorithms.md #server-round), on the plain-PyTorch maths of `server_math.server_update`:
 
     phi   = theta + lam * m            if lookahead else theta
     d     = sum_i w_i * w_i_K - phi
@@ -32,7 +32,7 @@ class MomentumRule(ServerRule):
 
     def __init__(self, cfg, model) -> None:
         from models.centralization import gc_layer_names
-        from strategies.robust import robust_config
+        from server_math.robust import robust_config
 
         super().__init__(cfg, model)
         self.setup(lam=cfg["lam"], eta=cfg["eta"], lookahead=cfg["lookahead"],
@@ -51,7 +51,7 @@ class MomentumRule(ServerRule):
     def setup(self, *, lam: float = 0.0, eta: float = 1.0, lookahead: bool = False,
               aggregation: str = "examples", global_gc_layers: Sequence[str] = (),
               gc_vectors: str = "center", robust=None) -> None:
-        from strategies.robust import RobustConfig
+        from server_math.robust import RobustConfig
 
         if not 0 <= lam < 1:
             raise ValueError(f"lam must be in [0, 1), got {lam}")
@@ -59,7 +59,7 @@ class MomentumRule(ServerRule):
         self.aggregation = aggregation
         self.global_gc_layers = list(global_gc_layers)
         self.gc_vectors = gc_vectors
-        self.robust = robust or RobustConfig()  # how the updates become d (strategies/robust.py)
+        self.robust = robust or RobustConfig()  # how the updates become d (server_math/robust.py)
         self.theta = None  # global model, name -> tensor
         self.m = None  # server momentum
         self.phi = None  # last broadcast point
@@ -84,7 +84,7 @@ class MomentumRule(ServerRule):
 
     def broadcast(self, server_round: int):
         from models.wire import array_record
-        from strategies.server_update import lookahead
+        from server_math.server_update import lookahead
 
         if self.lookahead and self.lam > 0:
             self.phi = lookahead(self.theta, self.m, self.lam)
@@ -93,7 +93,7 @@ class MomentumRule(ServerRule):
         return self._theta_record, self.phi
 
     def mean_weights(self, num_examples: list[float]) -> list[float] | None:
-        from strategies.server_update import client_weights
+        from server_math.server_update import client_weights
 
         if self.robust.aggregator != "mean" or self.robust.dp_clipping_norm > 0:
             return None
@@ -103,7 +103,7 @@ class MomentumRule(ServerRule):
 
     def aggregate(self, server_round: int, good: list, phi: dict, up: list):
         from models.wire import array_record
-        from strategies import robust
+        from server_math import robust
 
         n = [weight for _, _, weight in good]
         if self.aggregation == "examples" and sum(n) <= 0:
@@ -126,7 +126,7 @@ class MomentumRule(ServerRule):
     def step_(self, d: dict) -> None:
         """theta (and the server state) from the round's aggregate update d, in place: global
         GC, then m = lam * m + eta * d; theta = theta + m."""
-        from strategies.server_update import global_gc_, server_step_
+        from server_math.server_update import global_gc_, server_step_
 
         global_gc_(d, self.global_gc_layers, self.gc_vectors)
         server_step_(self.theta, self.m, d, self.lam, self.eta)

@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from server_math.records import FLOATS, PARAMETERS, ReplyMetric, UpRecord  # noqa: F401
+
 Config = dict[str, Any]  # a resolved run config (run_config.resolve)
 # The strategies of `strategies.named` send their method to the clients in each train
 # instruction's config as keys with this prefix: 'method.name', 'method.<run-config key>' for each
@@ -21,38 +23,6 @@ CONFIG_PREFIX = "method."
 class SettingError(ValueError):
     """A part refuses a setting it was built with (e.g. FedCM with server momentum): the message
     names the key and the fix. The run config's own checks raise `run_config.ConfigError`."""
-
-PARAMETERS = "parameters"  # one tensor per model parameter (named_parameters): its shape, dtype
-FLOATS = "floats"  # one tensor per float tensor of the model's state_dict: its shape, dtype
-
-
-@dataclass(frozen=True)
-class UpRecord:
-    """What an extra reply record holds (the values of a part's and its server rule's `up`):
-    the server screens every reply's record against it before any rule reads it
-    (strategies/reply_screen.py, docs/security.md#records): its keys, shapes and dtypes, finite
-    values and, with `limit_norm`, its norm against the round's median norm of the same record
-    (`record-norm-ratio`), measured from the point the server rule's `up_centers()` gives for it
-    (0 when none). A reply whose record does not match is dropped whole.
-
-    `holds`: PARAMETERS, FLOATS, or the layout itself, {key: (shape, dtype name)} (e.g.
-    {"drift": ((1,), "float32")}).
-    """
-
-    holds: str | Mapping[str, tuple[tuple[int, ...], str]] = PARAMETERS
-    limit_norm: bool = True
-
-
-@dataclass(frozen=True)
-class ReplyMetric:
-    """A number a server rule reads from each reply's MetricRecord (its `up_metrics`): a reply
-    without it, or with a value that is not a finite number in [low, high] (a whole number with
-    `integer`), is dropped before the rule sees it."""
-
-    low: float = float("-inf")
-    high: float = float("inf")
-    integer: bool = False
-
 
 class ClientPart:
     """One part of the client objective of the local update (docs/algorithms.md
@@ -194,7 +164,7 @@ class ServerRule:
     # before each `aggregate` (rules with a per-client table, such as FedVARP's)
     client_ids: list = []
     # the weighted mean sum_i p_i w_i - phi the screen computed in its pass over the replies
-    # (strategies.blocks.PreparedMean, from `mean_weights`), set by the round loop before each
+    # (server_math.blocks.PreparedMean, from `mean_weights`), set by the round loop before each
     # `aggregate`: `aggregate_update(..., prepared=self.prepared_mean)` takes it if it fits
     prepared_mean = None
     # where that mean may be written (a rule that keeps no reference to its d gives its last d)

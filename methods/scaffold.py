@@ -113,7 +113,7 @@ class ScaffoldRule(momentum.MomentumRule):
     def aggregate(self, server_round: int, good: list, phi: dict, up: list):
         import torch
 
-        from strategies.server_update import client_weights
+        from server_math.server_update import client_weights
 
         if self.num_clients < len(good):
             return None, (f"N = {self.num_clients} clients known, fewer than the "

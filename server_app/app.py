@@ -1,6 +1,6 @@
 """ServerApp: validate the run config, build model and strategy, run, record, checkpoint, save.
 
-Thin Flower glue; the server maths is in `strategies.server_update`, checkpoints in `checkpoint`.
+Thin Flower glue; the server maths is in `server_math.server_update`, checkpoints in `checkpoint`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from models import build_model
 from run_config import load_setup, resolve
 
 from reporting.tracking import build_trackers
-from strategies import block_kernel
+from server_math import block_kernel
 
 from . import console
 from .checkpoint import (check_resumable, find_checkpoint, load_checkpoint, resumed_run_name,

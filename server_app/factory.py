@@ -12,7 +12,7 @@ from feddata.population import ClientPopulation
 from methods.registry import parse_objective
 from strategies.client_state import ClientStateRounds
 from strategies.nodes import Nodes
-from strategies.reply_screen import record_layouts
+from server_math.reply_screen import record_layouts
 from strategies.round_loop import MethodStrategy
 
 

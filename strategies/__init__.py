@@ -1,9 +1,9 @@
-"""The server side: the methods as Flower strategies for any ServerApp (`named`: `FedACG`,
-`FedAGM`, `GCFed`, `FedACGGCFed`, `Method`), the round loop under them (`round_loop`), node
-sampling and identity (`nodes`), reply screening (`reply_screen`), the server maths in plain
-PyTorch (`server_update`). Imported lazily, so that `methods` can use `strategies.server_update`
-without a cycle. (The ServerApp builds its strategy from the run config in
-`server_app.factory`.)"""
+"""The Flower side of the server: the methods as Flower strategies for any ServerApp (`named`:
+`FedACG`, `FedAGM`, `GCFed`, `FedACGGCFed`, `Method`), the round loop under them (`round_loop`),
+node sampling and identity (`nodes`), the server's own state checks (`state_check`,
+`client_state`). Above `methods`; the server maths all of them use is the package `server_math`
+below (docs/extending.md#layout). Names are imported on first use, so that `import strategies`
+stays cheap. (The ServerApp builds its strategy from the run config in `server_app.factory`.)"""
 
 from __future__ import annotations
 

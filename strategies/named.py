@@ -30,7 +30,7 @@ from run_config.schema import KEYS_BY_NAME
 from run_config.topics import TOPICS
 
 from .nodes import Nodes
-from .reply_screen import record_layouts
+from server_math.reply_screen import record_layouts
 from .round_loop import MethodStrategy
 
 PREFIX = methods.parts.CONFIG_PREFIX  # the train config's keys that carry the method

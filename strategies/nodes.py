@@ -21,7 +21,7 @@ from flwr.common import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy.strategy_utils import sample_nodes
 
-from .reply_screen import screen_node_reports, short_reason
+from server_math.reply_screen import screen_node_reports, short_reason
 
 
 class NodeWaitTimeout(RuntimeError):

@@ -25,7 +25,7 @@ from flwr.serverapp.strategy.strategy_utils import log_strategy_start_info
 from models.wire import state_view
 
 from .nodes import Nodes
-from .reply_screen import claim_bound, limit_influence, screen_replies, short_reason
+from server_math.reply_screen import claim_bound, limit_influence, screen_replies, short_reason
 from .state_check import check_server_state
 
 

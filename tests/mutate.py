@@ -47,16 +47,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-DEFAULT_TARGETS = ["strategies", "methods", "client_app/local_update.py",
+DEFAULT_TARGETS = ["strategies", "methods", "server_math", "client_app/local_update.py",
                    "models/centralization.py", "server_app/checkpoint.py"]
 
 # Which tests cover which code: the longest matching path prefix wins. Fast unit tests first
 # (with -x a killed mutant stops at its first failing test), whole in-process runs last.
 _PINS_APP = "tests/test_pins_app.py"
 TESTS: dict[str, list[str]] = {
-    "strategies/server_update.py": ["tests/test_pins_server.py", "tests/test_strategy.py",
+    "server_math/server_update.py": ["tests/test_pins_server.py", "tests/test_strategy.py",
                                     _PINS_APP],
-    "strategies/robust.py": ["tests/test_robust.py", "tests/test_pins_server.py",
+    "server_math/robust.py": ["tests/test_robust.py", "tests/test_pins_server.py",
                              "tests/test_strategy.py", "tests/test_bad_replies.py", _PINS_APP],
     "strategies/nodes.py": ["tests/test_node_identity.py",
                             "tests/test_bad_inputs.py::test_bad_node_reports_are_refused_and_"
@@ -75,7 +75,7 @@ TESTS: dict[str, list[str]] = {
         "tests/test_extending.py"],  # a method's extra records, down and up
     "strategies/named.py": ["tests/test_named_strategies.py", "tests/test_client_blocks.py"],
     "client_app/blocks.py": ["tests/test_client_blocks.py"],
-    "strategies/reply_screen.py": ["tests/test_pins_server.py", "tests/test_bad_replies.py"],
+    "server_math/reply_screen.py": ["tests/test_pins_server.py", "tests/test_bad_replies.py"],
     "server_app/factory.py": [
         "tests/test_pins_server.py", _PINS_APP, "tests/test_bad_replies.py",
         "tests/test_app.py::test_flower_baseline_and_federated_evaluation",

@@ -10,7 +10,7 @@ from flwr.app import ArrayRecord, Context, Error, Message, MetricRecord, RecordD
 
 import server_app.app as server
 from fakegrid import FakeGrid, client_app_handler
-from strategies.reply_screen import BadUpdate, check_norms, check_reply, update_norm
+from server_math.reply_screen import BadUpdate, check_norms, check_reply, update_norm
 from strategy_helpers import LookaheadFedAvg, random_state, reply
 
 SIZES = [10, 30, 25, 5]

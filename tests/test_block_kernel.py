@@ -1,4 +1,4 @@
-"""strategies/block_kernel.py: the compiled pass gives the numbers of a float64 computation and
+"""server_math/block_kernel.py: the compiled pass gives the numbers of a float64 computation and
 of the PyTorch pass, and the server runs the PyTorch pass wherever the compiled one cannot run."""
 
 import logging
@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from strategies import block_kernel
-from strategies.blocks import flat, norms_and_sum, plan, weighted_sum_minus
+from server_math import block_kernel
+from server_math.blocks import flat, norms_and_sum, plan, weighted_sum_minus
 
 needs_cc = pytest.mark.skipif(block_kernel.compiler() is None, reason="no C compiler here")
 

@@ -1,12 +1,12 @@
-"""The server's block-wise passes (strategies/blocks.py) against plain float64 computations."""
+"""The server's block-wise passes (server_math/blocks.py) against plain float64 computations."""
 
 import math
 
 import pytest
 import torch
 
-from strategies.blocks import ScaledUpdate, norms_and_sum, plan, weighted_sum_minus
-from strategies.server_update import aggregate_update
+from server_math.blocks import ScaledUpdate, norms_and_sum, plan, weighted_sum_minus
+from server_math.server_update import aggregate_update
 from strategies.state_check import nonfinite_parts
 
 
@@ -26,9 +26,9 @@ KEYS = ["conv", "bias", "scalar", "fc"]
 
 @pytest.fixture(autouse=True, params=["torch", "auto"])
 def server_pass(request):
-    """Every test for the PyTorch pass and for the compiled one (strategies/block_kernel.py),
+    """Every test for the PyTorch pass and for the compiled one (server_math/block_kernel.py),
     where this machine has a C compiler."""
-    from strategies import block_kernel
+    from server_math import block_kernel
 
     if request.param == "auto" and block_kernel.compiler() is None:
         pytest.skip("no C compiler here: the compiled pass does not run")
@@ -136,7 +136,7 @@ def round_of(n: int, poison: bool = False):
 
 @pytest.mark.parametrize("poison", [False, True])
 def test_the_round_loop_takes_the_screens_mean_when_it_is_the_rules(monkeypatch, poison):
-    import strategies.server_update as server_update
+    import server_math.server_update as server_update
     from models.wire import state_view
 
     calls = []

@@ -163,7 +163,7 @@ def test_a_record_must_say_what_it_holds(median_method):
 def test_its_record_is_screened_as_declared(median_method, tmp_path):
     """The worked example's 'drift' record ((1,), float32): a reply whose drift has another
     shape or dtype, or NaN, is dropped whole (the rule never sees it); the others are kept."""
-    from strategies.reply_screen import BadUpdate, check_record, record_layouts
+    from server_math.reply_screen import BadUpdate, check_record, record_layouts
 
     model = torch.nn.Linear(2, 2)
     layout = record_layouts(median_method.DRIFT, model.named_parameters(),

@@ -21,8 +21,8 @@ from test_simulation import superlink  # noqa: F401 - the module-scoped SuperLin
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
 
-PACKAGES = ("server_app", "client_app", "strategies", "methods", "models", "feddata", "run_config",
-            "reporting")
+PACKAGES = ("server_app", "client_app", "strategies", "methods", "server_math", "models", "feddata",
+            "run_config", "reporting")
 PLAN = [
     {"partition": 1, "round": "all", "fault": "raise"},
     # past round-timeout (45 s), no longer: `flwr run` ends only when the hung ClientApp does

@@ -264,7 +264,7 @@ def _good(models: list[dict], sizes: list[float]):
     """Screened good replies: (a stand-in message with a node id, the model, its weight)."""
     from types import SimpleNamespace
 
-    from strategies.reply_screen import Screened
+    from server_math.reply_screen import Screened
 
     items = [(SimpleNamespace(metadata=SimpleNamespace(src_node_id=i)), m, float(n))
              for i, (m, n) in enumerate(zip(models, sizes))]
@@ -276,7 +276,7 @@ def test_influence_limits_at_ratio_one_with_three_and_two_replies():
     """Update norms 1, 3, 2 (median 2) under update-norm-ratio 1: the norm-3 update is dropped;
     the two left claim 10 and 20 examples (median 15) under weight-ratio 1: 20 is cut to 15.
     With two replies alone, norms 1 and 3 (median 2): the norm-3 update is dropped."""
-    from strategies.reply_screen import limit_influence
+    from server_math.reply_screen import limit_influence
 
     phi = {"w": torch.zeros(2)}
     models = [{"w": torch.tensor([1.0, 0.0])}, {"w": torch.tensor([0.0, 3.0])},
@@ -292,7 +292,7 @@ def test_influence_limits_at_ratio_one_with_three_and_two_replies():
 
 
 def test_influence_limits_of_zero_are_off():
-    from strategies.reply_screen import limit_influence
+    from server_math.reply_screen import limit_influence
 
     phi = {"w": torch.zeros(2)}
     models = [{"w": torch.tensor([1.0, 0.0])}, {"w": torch.tensor([0.0, 1e6])}]
@@ -302,7 +302,7 @@ def test_influence_limits_of_zero_are_off():
 
 
 def test_error_reasons_are_shortened_to_their_last_line():
-    from strategies.reply_screen import short_reason
+    from server_math.reply_screen import short_reason
 
     trace = "Traceback (most recent call last):\n  File 'x.py', line 1\nValueError: bad\n\n"
     assert short_reason(trace) == "ValueError: bad"
@@ -313,7 +313,7 @@ def test_error_reasons_are_shortened_to_their_last_line():
 def test_node_reports_are_screened():
     """Valid reports say 3 partitions twice and 4 once: 3 is taken (the majority) unless the
     number is known already; out-of-range and non-integer reports are refused with why."""
-    from strategies.reply_screen import screen_node_reports
+    from server_math.reply_screen import screen_node_reports
 
     reports = {1: (0, 3), 2: (1, 3), 3: (2, 4), 4: (5, 3), 5: (True, 3), 6: (0, 0)}
     accepted, slots, refused = screen_node_reports(reports)
@@ -329,7 +329,7 @@ def test_node_reports_are_screened():
 def test_bulyan_needs_four_f_plus_three_updates():
     """Bulyan with f = 1 needs n >= 7: with 6 the round is skipped (a reason), and the rule
     itself refuses; the other aggregators need no minimum."""
-    from strategies.robust import RobustConfig, TooFewUpdates, bulyan, too_few
+    from server_math.robust import RobustConfig, TooFewUpdates, bulyan, too_few
 
     assert "at least 7 good replies, got 6" in too_few(RobustConfig("bulyan", num_malicious=1), 6)
     assert too_few(RobustConfig("bulyan", num_malicious=1), 7) is None
@@ -340,7 +340,7 @@ def test_bulyan_needs_four_f_plus_three_updates():
 
 
 def test_trimmed_mean_trims_less_than_half_and_dp_clipping_keeps_a_zero_update():
-    from strategies.robust import RobustConfig, clip_update_
+    from server_math.robust import RobustConfig, clip_update_
 
     RobustConfig("trimmed-mean", trim=0.0)
     RobustConfig("trimmed-mean", trim=0.49)

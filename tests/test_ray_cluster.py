@@ -24,8 +24,8 @@ from reporting.superlink import CONNECTION, LocalSuperLink, free_port, stop_proc
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.slow, pytest.mark.long]
 
-PACKAGES = ("server_app", "client_app", "strategies", "methods", "models", "feddata", "run_config",
-            "reporting")
+PACKAGES = ("server_app", "client_app", "strategies", "methods", "server_math", "models", "feddata",
+            "run_config", "reporting")
 
 
 def app_copy(dest: Path) -> Path:

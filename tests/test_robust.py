@@ -1,5 +1,5 @@
-"""strategies/robust.py against Flower's own robust strategies and DP functions, and the
-influence limits of strategies/reply_screen.py against a hand computation."""
+"""server_math/robust.py against Flower's own robust strategies and DP functions, and the
+influence limits of server_math/reply_screen.py against a hand computation."""
 
 import numpy as np
 import pytest
@@ -8,9 +8,9 @@ from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp.strategy import Bulyan, FedMedian, FedTrimmedAvg, Krum, MultiKrum
 from flwr.supercore.differential_privacy import compute_clip_model_update
 
-from strategies import robust
-from strategies.reply_screen import Screened, limit_influence
-from strategies.server_update import client_weights
+from server_math import robust
+from server_math.reply_screen import Screened, limit_influence
+from server_math.server_update import client_weights
 from strategy_helpers import random_state
 
 N = 7
@@ -59,10 +59,10 @@ def test_each_rule_equals_flowers_strategy(rule, flower, n):
 
 @pytest.mark.parametrize("server_pass", ["torch", "auto"])
 def test_mean_is_the_weighted_mean_bit_for_bit(monkeypatch, server_pass):
-    """Bit for bit with PyTorch's pass; the compiled one (strategies/block_kernel.py) fuses each
+    """Bit for bit with PyTorch's pass; the compiled one (server_math/block_kernel.py) fuses each
     multiply-add as PyTorch's vectorized kernels do, so it is one rounding away at most where
     PyTorch runs its plain kernels (ATEN_CPU_CAPABILITY=default)."""
-    from strategies import block_kernel
+    from server_math import block_kernel
 
     monkeypatch.setattr(block_kernel, "_mode", server_pass)
     phi, models, sizes = models_and_sizes()

@@ -1,4 +1,4 @@
-"""The server's one pass over the replies (`strategies.blocks`) as one compiled C loop.
+"""The server's one pass over the replies (`server_math.blocks`) as one compiled C loop.
 
 In plain PyTorch one block of one reply costs three kernels: w_i - phi into a scratch block,
 its dot product, and the weighted add into the sum, each a trip through the block and through
@@ -211,7 +211,7 @@ def run(flats: Sequence[Sequence[torch.Tensor]], ref: Sequence[torch.Tensor],
         acc: Sequence[torch.Tensor] | None, weights: Sequence[float] | None, blocks: tuple,
         sizes: Sequence[int], minus_scale: float = 1.0,
         norms: bool = True) -> torch.Tensor | None | bool:
-    """The pass over `blocks` (`strategies.blocks.plan` of `sizes`) of the models' flattened
+    """The pass over `blocks` (`server_math.blocks.plan` of `sizes`) of the models' flattened
     tensors `flats`: with `acc`, sum_i weights_i * flats_i - minus_scale * ref written into it;
     with `norms`, the (models x blocks) float64 sums of squares of flats_i - ref, returned
     (else None). False when the compiled loop is off, did not build, or does not take these

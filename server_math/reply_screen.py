@@ -21,7 +21,7 @@ what a node says about its partition.
 
 Each record is parsed once (read-only views of the message's bytes) and each norm computed once,
 in one pass over all the models that also computes the rule's weighted mean
-(`strategies.blocks`: no model-sized temporary per reply); the rules get the very views and
+(`server_math.blocks`: no model-sized temporary per reply); the rules get the very views and
 numbers screened here.
 """
 
@@ -38,10 +38,10 @@ import torch
 from flwr.app import ArrayRecord, Message, RecordDict
 from flwr.common import log
 
-from methods.parts import FLOATS, PARAMETERS, ReplyMetric, UpRecord
 from models.wire import state_view
 
 from .blocks import PreparedMean, ScaledUpdate, norms_and_sum
+from .records import FLOATS, PARAMETERS, ReplyMetric, UpRecord
 from .server_update import float_keys
 
 State = dict[str, torch.Tensor]
@@ -266,7 +266,7 @@ def screen_replies(
     the others); `metrics`: the numbers the rule reads; `undecodable`: id(reply) -> why its model
     could not be decoded (uplink-bits), dropped as malformed.
 
-    The norms are measured in one pass over the models (`strategies.blocks.norms_and_sum`);
+    The norms are measured in one pass over the models (`server_math.blocks.norms_and_sum`);
     with `mean_weights` (the claims of the replies, in their aggregation order -> the weights
     p_i of the rule's mean sum_i p_i w_i - phi, or None) the same pass also computes that
     mean, into `mean_out` when given, kept as `prepared`: what the rule's `aggregate_update` takes
@@ -283,7 +283,7 @@ def screen_replies(
             bad.detail)
 
     # 1. what each reply is (error, duplicate) and its layout; 2. every update norm, in one
-    # pass over the models (strategies.blocks); 3. the values: finite, norm bound, records
+    # pass over the models (server_math.blocks); 3. the values: finite, norm bound, records
     parsed = []  # (node, message, model, weight, its records)
     for msg in replies:
         node = node_of.get(msg.metadata.reply_to_message_id, msg.metadata.src_node_id)
@@ -411,7 +411,7 @@ def limit_influence(server_round: int, screened: Screened, phi: State, norm_rati
                     "%.4g: scaled down to it (update-clip-ratio)", server_round,
                     describe(msg.metadata.src_node_id), norm, clip_ratio, median)
                 # w_i = phi + u_i * bound / ||u_i||, computed where a rule reads it (the
-                # weighted mean reweighs w_i and phi instead: strategies.blocks)
+                # weighted mean reweighs w_i and phi instead: server_math.blocks)
                 good[i] = (msg, ScaledUpdate(model, phi, bound / norm), n)
                 screened.norms[id(msg)] = bound
     bound = claim_bound([n for _, _, n in good], max_weight, weight_ratio)

@@ -19,7 +19,7 @@ one float32 reduction over a whole tensor). A clipped update (`ScaledUpdate`) is
 model and phi, reweighted, without being computed.
 
 Where a C compiler is found, both passes run as one compiled loop instead
-(`strategies/block_kernel.py`: the three operations per element in one trip, four replies at a
+(`server_math/block_kernel.py`: the three operations per element in one trip, four replies at a
 time); this module's PyTorch operations are the reference it is tested against and what runs
 without a compiler, for other dtypes, or with run config `server-pass = 'torch'`.
 """
@@ -128,7 +128,7 @@ def norms_and_sum(models: Sequence[State], center: State, keys: Sequence[str],
         out = _buffer(out, center, keys)
         acc = flat(out, keys)
     sq = block_kernel.run(flats, ref, acc, weights, plan(sizes, KERNEL_BLOCK), sizes)
-    if sq is not False:  # the compiled pass ran (strategies/block_kernel.py)
+    if sq is not False:  # the compiled pass ran (server_math/block_kernel.py)
         return sq.sum(1).sqrt().tolist(), (None if acc is None else {k: out[k] for k in keys})
     blocks = plan(sizes)
     scratch = torch.empty(max((sum(b - a for _, a, b in block) for block in blocks), default=0),
