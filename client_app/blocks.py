@@ -20,12 +20,14 @@ the app's own local update (`client_app.local_update`, docs/algorithms.md#local-
 from __future__ import annotations
 
 import functools
+from logging import INFO
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from flwr.app import Context, Message, MetricRecord, RecordDict
+from flwr.common import log
 from torch import nn
 
 from methods import uplink_codec
@@ -44,26 +46,61 @@ def _resolved(frozen: tuple) -> dict[str, Any]:
     return resolve(dict(frozen))
 
 
+# Flower's own strategies send no method: FedAvg, FedAvgM, FedAdam, ... (whose server update is
+# theirs) train the clients plainly; FedProx sends its proximal weight under this key.
+FLOWER_PROXIMAL_MU = "proximal-mu"
+_told: set[str] = set()  # the INFO lines already logged in this process
+
+
 def method_settings(config: Mapping[str, Any]) -> dict[str, Any]:
     """The method's settings (the run config the server resolved them from) out of a train
-    instruction's config; ValueError when it carries none."""
+    instruction's config. An instruction of one of Flower's own strategies carries no method:
+    then the client trains as FedAvg's does, or with FedProx's proximal term when the config
+    holds Flower's 'proximal-mu' (docs/own-app.md#flowers-own-strategies)."""
     if NAME not in config:
-        raise ValueError(f"the train instruction's config has no '{NAME}': the server's strategy "
-                         "must be one of strategies' (FedACG, GCFed, Method(...), ...)")
+        return _flower_settings(config)
     sent = {k[len(CONFIG_PREFIX):]: v for k, v in config.items()
             if k.startswith(CONFIG_PREFIX) and k not in (NAME, CLASSIFIER)}
+    return _settings({"method": config[NAME], **sent}, lr_sent="lr" in sent,
+                     source="the server's method settings")
+
+
+def _flower_settings(config: Mapping[str, Any]) -> dict[str, Any]:
+    if FLOWER_PROXIMAL_MU in config:
+        mu = config[FLOWER_PROXIMAL_MU]
+        if isinstance(mu, bool) or not isinstance(mu, (int, float)):
+            raise ValueError(f"the train instruction's '{FLOWER_PROXIMAL_MU}' is {mu!r}: "
+                             "Flower's FedProx sends a number (FedProx(proximal_mu=...))")
+        # FedProx's loss + mu/2 ||w - phi||^2 is the project's fedprox with beta = mu
+        settings, told = {"method": "fedprox", "beta": float(mu)}, (
+            f"no method in the train instruction, '{FLOWER_PROXIMAL_MU}' = {mu}: "
+            "training as FedProx's client (loss + mu/2 ||w - phi||^2)")
+    else:
+        settings, told = {"method": "fedavg"}, (
+            "no method in the train instruction (one of Flower's own strategies): training "
+            "plainly, as FedAvg's client")
+    cfg = _settings(settings, lr_sent=False, source="the train instruction")
+    if told not in _told:
+        _told.add(told)
+        log(INFO, "LocalMethod: %s", told)
+    return cfg
+
+
+def _settings(settings: dict[str, Any], lr_sent: bool, source: str) -> dict[str, Any]:
     try:
-        cfg = dict(_resolved(tuple(sorted({"method": config[NAME], **sent}.items()))))
+        cfg = dict(_resolved(tuple(sorted(settings.items()))))
     except ConfigError as err:
-        raise ValueError(f"the server's method settings: {err}") from None
-    if "lr" not in sent:
+        raise ValueError(f"{source}: {err}") from None
+    if not lr_sent:
         del cfg["lr"]  # not known to the server: a part that needs it says so (LocalMethod)
     return cfg
 
 
 class LocalMethod:
     """The method the server sent, for one local update of your model from the received
-    weights phi (build it after loading them; see the module's example).
+    weights phi (build it after loading them; see the module's example). Under one of Flower's
+    own strategies (no method in the instruction) it trains as FedAvg's client, or FedProx's
+    where the config holds 'proximal-mu' (docs/own-app.md#flowers-own-strategies).
 
     Parameters
     ----------

@@ -5,6 +5,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.serverapp.strategy import FedAvg as FlowerFedAvg
+from flwr.serverapp.strategy import FedAvgM as FlowerFedAvgM
+from flwr.serverapp.strategy import FedProx as FlowerFedProx
 from torch import nn
 
 from client_app import LocalMethod, query_reply
@@ -133,13 +136,40 @@ def test_fedmlb_names_the_model_it_runs_on():
         LocalMethod(msg, model)
 
 
-def test_without_a_method_in_the_instruction_it_says_what_is_missing():
+def flower_instruction(model, **config) -> Message:
+    """A train instruction as Flower's own strategies send it: no 'method.*' key."""
+    return Message(RecordDict({"arrays": ArrayRecord(model.state_dict()),
+                               "config": ConfigRecord({"lr": 0.1, "server-round": 1, **config})}),
+                   dst_node_id=1, message_type="train")
+
+
+@pytest.mark.parametrize("mu", [None, 0.5], ids=["fedavg", "fedprox"])
+def test_an_instruction_of_flowers_own_strategies_trains_plainly_or_with_its_mu(mu, caplog):
+    torch.manual_seed(0)
+    model, (x, y) = nn.Linear(3, 2), data()
+    phi = {k: v.detach().double().clone() for k, v in model.named_parameters()}
+    msg = flower_instruction(model, **({} if mu is None else {"proximal-mu": mu}))
+    with caplog.at_level("INFO", logger="flwr"):
+        method = own_loop(msg, model, x, y, steps=2, lr=0.1)
+    assert method.cfg["method"] == ("fedavg" if mu is None else "fedprox")
+    # FedProx (Li et al.): loss + mu/2 ||w - phi||^2, gradient + mu (w - phi); FedAvg: mu = 0
+    m = mu or 0.0
+    g1 = grads64(nn.Linear(3, 2), phi, x[:4], y[:4])
+    w1 = {k: phi[k] - 0.1 * g1[k] for k in phi}
+    g2 = grads64(nn.Linear(3, 2), w1, x[4:], y[4:])
+    w2 = {k: w1[k] - 0.1 * (g2[k] + m * (w1[k] - phi[k])) for k in phi}
+    for k, v in model.named_parameters():
+        torch.testing.assert_close(v.detach().double(), w2[k], atol=1e-6, rtol=0)
+    assert method.end() == {}  # nothing but the user's own records goes back
+
+
+def test_a_bad_flower_proximal_mu_names_the_key():
     model = nn.Linear(2, 2)
-    plain = Message(RecordDict({"arrays": ArrayRecord(model.state_dict()),
-                                "config": ConfigRecord({"lr": 0.1})}), dst_node_id=1,
-                    message_type="train")
-    with pytest.raises(ValueError, match="no 'method.name'.*strategies"):
-        LocalMethod(plain, model)
+    with pytest.raises(ValueError, match="'proximal-mu' is 'x'.*FedProx"):
+        LocalMethod(flower_instruction(model, **{"proximal-mu": "x"}), model)
+
+
+def test_a_bad_classifier_names_the_method():
     other = nn.Sequential(nn.Linear(2, 3), nn.Linear(3, 2))
     msg = instruction(GCFed(classifier="1"), other)
     with pytest.raises(ValueError, match=r"local GC of method 'gcfed' on this model: classifier "
@@ -212,6 +242,28 @@ def test_every_reply_of_a_clientapp_of_ones_own_is_used_and_it_learns(strategy):
                             initial_arrays=ArrayRecord(init.state_dict()),
                             train_config=ConfigRecord({"lr": 0.1}))
     assert [(m["replies"], m["dropped"], m["skipped"]) for m in seen] == [(4, 0, 0)] * 4
+    init.load_state_dict(result.arrays.to_torch_state_dict())
+    x, y = zip(*(node_data(p) for p in range(4)))
+    acc = (init(torch.cat(x)).argmax(1) == torch.cat(y)).float().mean()
+    assert acc > 0.6, acc  # 3 classes: chance is 1/3
+
+
+@pytest.mark.parametrize("strategy", [
+    lambda: FlowerFedAvg(fraction_evaluate=0.0, min_train_nodes=4, min_available_nodes=4),
+    lambda: FlowerFedProx(proximal_mu=0.01, fraction_evaluate=0.0, min_train_nodes=4,
+                          min_available_nodes=4),
+    lambda: FlowerFedAvgM(server_momentum=0.5, fraction_evaluate=0.0, min_train_nodes=4,
+                          min_available_nodes=4),
+    lambda: FedACG(fraction_evaluate=0.0, min_train_nodes=4, min_available_nodes=4),
+], ids=["flower-fedavg", "flower-fedprox", "flower-fedavgm", "fedacg"])
+def test_the_same_clientapp_learns_under_flowers_strategies_and_ours(strategy):
+    """One ClientApp with LocalMethod in its loop, unchanged, under each server strategy."""
+    handler, node_data = own_client_app()
+    init = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
+    result = strategy().start(grid=FakeGrid(4, handler), num_rounds=4,
+                              initial_arrays=ArrayRecord(init.state_dict()),
+                              train_config=ConfigRecord({"lr": 0.1}))
+    assert sorted(result.train_metrics_clientapp) == [1, 2, 3, 4]
     init.load_state_dict(result.arrays.to_torch_state_dict())
     x, y = zip(*(node_data(p) for p in range(4)))
     acc = (init(torch.cat(x)).argmax(1) == torch.cat(y)).float().mean()
