@@ -4,6 +4,9 @@ for a ClientApp of your own, the client's share of a method (`blocks`: `LocalMet
 
 from __future__ import annotations
 
+import fedacg_gc  # noqa: F401  (first: a module that shadows one of ours is named)
+# isort: split
+
 import importlib
 
 _EXPORTS = {"LocalMethod": "blocks", "query_reply": "blocks"}

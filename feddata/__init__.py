@@ -4,6 +4,9 @@ The names below are imported on first use (PEP 562), so that `import feddata.dis
 fresh ClientApp process does not pay for `datasets`, `flwr_datasets` and scikit-learn.
 """
 
+import fedacg_gc  # noqa: F401  (first: a module that shadows one of ours is named)
+# isort: split
+
 from importlib import import_module
 
 PARTITIONERS = ("iid", "dirichlet-balanced", "lda", "natural", "shards")

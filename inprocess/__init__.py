@@ -14,6 +14,9 @@ Used by the fast sweep backend (`reporting.sweep`, `backend: in-process`) and by
 
 from __future__ import annotations
 
+import fedacg_gc  # noqa: F401  (first: a module that shadows one of ours is named)
+# isort: split
+
 import uuid
 from collections.abc import Callable, Iterable
 

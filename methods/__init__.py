@@ -8,6 +8,9 @@ from here; the strategy and the ClientApp build their parts from here and never 
 
 from __future__ import annotations
 
+import fedacg_gc  # noqa: F401  (first: a module that shadows one of ours is named)
+# isort: split
+
 from .parts import (FLOATS, PARAMETERS, ClientPart, Config, Method, ReplyMetric, ServerRule,
                     SettingError, UplinkCodec, UpRecord)
 from .registry import (BASE_PRESET, CLIENT_PARTS, METHODS, SERVER_RULES, UPLINK_CODECS,

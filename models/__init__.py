@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import fedacg_gc  # noqa: F401  (first: a module that shadows one of ours is named)
+# isort: split
+
 import torch
 from torch import nn
 

@@ -1,6 +1,9 @@
 """The run configuration: one definition of every key (`schema`), method presets, paper set-ups
 (`setups`, YAML files in `setups/`), validation."""
 
+import fedacg_gc  # noqa: F401  (first: a module that shadows one of ours is named)
+# isort: split
+
 from .errors import ConfigError
 from .presets import FLOWER_BASELINES, PRESETS
 from .coerce import coerce

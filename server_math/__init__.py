@@ -6,3 +6,6 @@ pass over the replies (`blocks`, compiled in `block_kernel`). It names no method
 neither `methods` nor `strategies`; the methods' server rules and the round loop both build on it.
 Nothing is imported here, so that `records` stays free of torch.
 """
+
+import fedacg_gc  # noqa: F401  (first: a module that shadows one of ours is named)
+# isort: split

@@ -7,6 +7,9 @@ stays cheap. (The ServerApp builds its strategy from the run config in `server_a
 
 from __future__ import annotations
 
+import fedacg_gc  # noqa: F401  (first: a module that shadows one of ours is named)
+# isort: split
+
 import importlib
 
 _EXPORTS = {

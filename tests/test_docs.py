@@ -5,6 +5,7 @@ headings and table rows), not from the code that writes the pages.
 """
 
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -149,12 +150,21 @@ def test_readme_is_short_and_holds_the_current_methods_table():
     assert methods() in readme, "run: python -m reporting.examples"
 
 
+def project_files(pattern: str) -> list[Path]:
+    """The project's own files: those git tracks or would track (not ignored), never a venv,
+    a run folder or anything else of the user's inside the checkout."""
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout: the project's files are git's list")
+    out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z",
+                          "--", pattern], cwd=ROOT, capture_output=True, check=True).stdout
+    return [ROOT / name for name in out.decode().split("\0") if name and (ROOT / name).is_file()]
+
+
 def test_no_python_file_cites_the_old_contract():
     """Code cites docs/algorithms.md sections; the maths contract the project started from is
     not part of the repository, so no .py file may name it."""
     word = "SP" + "EC"  # spelled apart so this file does not name it either
-    files = [p for p in ROOT.rglob("*.py")
-             if not {".git", "runs", "build", "dist"} & set(p.relative_to(ROOT).parts)]
+    files = project_files("*.py")
     assert len(files) > 50
     hits = [f"{p.relative_to(ROOT)}:{n}" for p in files
             for n, line in enumerate(p.read_text(errors="replace").splitlines(), 1) if word in line]

@@ -15,14 +15,13 @@ from pathlib import Path
 
 import pytest
 
+import fedacg_gc
 from reporting.superlink import CONNECTION
 from test_simulation import superlink  # noqa: F401 - the module-scoped SuperLink fixture
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
 
-PACKAGES = ("server_app", "client_app", "strategies", "methods", "server_math", "models", "feddata",
-            "run_config", "reporting")
 PLAN = [
     {"partition": 1, "round": "all", "fault": "raise"},
     # past round-timeout (45 s), no longer: `flwr run` ends only when the hung ClientApp does
@@ -35,8 +34,9 @@ PLAN = [
 
 def faulty_app_copy(dest: Path) -> Path:
     """The app with `faulty_client_app:app` as its ClientApp, and the fault plan next to it."""
-    for pkg in PACKAGES:
+    for pkg in fedacg_gc.PACKAGES:
         shutil.copytree(ROOT / pkg, dest / pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "fedacg_gc.py", dest)
     shutil.copy(ROOT / "README.md", dest)
     shutil.copy(ROOT / "tests" / "faulty_client_app.py", dest)
     (dest / "fault_plan.json").write_text(json.dumps(PLAN))

@@ -19,19 +19,18 @@ from pathlib import Path
 
 import pytest
 
+import fedacg_gc
 from reporting.superlink import CONNECTION, LocalSuperLink, free_port, stop_process_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.slow, pytest.mark.long]
 
-PACKAGES = ("server_app", "client_app", "strategies", "methods", "server_math", "models", "feddata",
-            "run_config", "reporting")
-
 
 def app_copy(dest: Path) -> Path:
     """The app with `where_client_app:app` as its ClientApp."""
-    for pkg in PACKAGES:
+    for pkg in fedacg_gc.PACKAGES:
         shutil.copytree(ROOT / pkg, dest / pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "fedacg_gc.py", dest)
     shutil.copy(ROOT / "README.md", dest)
     shutil.copy(ROOT / "tests" / "where_client_app.py", dest)
     pyproject, n = re.subn(r'clientapp = "client_app.app:app"',
