@@ -33,7 +33,8 @@ _MARK = "_fedacg_reported"  # set on an exception whose one-line report was prin
 DETAIL = re.compile(
     r"^(\s*$|\[ROUND \d+/\d+\]|configure_(train|evaluate)\b|aggregate_(train|evaluate)\b"
     r"|\s*[├└│]|Starting \w+ strategy|Strategy execution finished|Checkpoint of round"
-    r"|dynamic clients: they hold|Sampled \d+ nodes|Received \d+ results)")
+    r"|dynamic clients: they hold|Sampled \d+ nodes|Received \d+ results"
+    r"|Initial global evaluation results|Global evaluation$)")
 # Warnings nobody can act on (the default config causes them): dropped.
 NOISE = re.compile(r"^fraction_evaluate is set to 0\.0")
 RAY_TIP = r"Tip: In future versions of Ray, Ray will no longer override accelerator"

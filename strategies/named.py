@@ -14,10 +14,11 @@ PyTorch model: no run config, no model of this project. The clients' share of th
 from __future__ import annotations
 
 import difflib
+import inspect
 import re
 from collections.abc import Callable, Sequence
 from logging import INFO
-from typing import Any
+from typing import Any, ClassVar
 
 from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 from flwr.common import log
@@ -44,9 +45,50 @@ SETTINGS = frozenset(
     | {"lr", "lr-decay", "local-momentum", "seed"})
 
 
+# Flower FedAvgM's keywords, where they mean this project's settings: its momentum vector
+# v = server_momentum * v + d and step theta += server_learning_rate * v are the momentum rule's
+# m = lam * m + eta * d, theta += m with m = eta * v (docs/algorithms.md#server-round).
+FLOWER_ALIASES = {"server_momentum": "lam", "server_learning_rate": "eta"}
+
+
 def _kw(key: str) -> str:
     """A run-config key as a keyword argument."""
     return key.replace("-", "_")
+
+
+def _check_classifier(name: str, classifier: Any) -> None:
+    """Refuse at construction what `ModelLayout` could not read as a classifier."""
+    if classifier is None:
+        return
+    ok = (isinstance(classifier, str) and classifier != "") or (
+        isinstance(classifier, Sequence) and not isinstance(classifier, str) and classifier
+        and all(isinstance(c, str) and c for c in classifier))
+    if not ok:
+        raise ValueError(f"{name}: classifier={classifier!r}: give the classifier's parameter or "
+                         "module names, a non-empty str or sequence of str (e.g. 'fc' or "
+                         "['fc.weight', 'fc.bias']), or None to find it from initial_arrays")
+
+
+def _own_names(name: str, cls: type, given: dict[str, Any], flower: dict[str, Any]
+               ) -> tuple[dict[str, Any], dict[str, str]]:
+    """The settings (keyword form) from what the user passed: a named strategy's knobs under
+    their setting's name, Flower's aliases resolved, the class's defaults for knobs not given.
+    Also: setting key (run-config form) -> the name the user knows it by, for errors."""
+    settings: dict[str, Any] = {}
+    by: dict[str, str] = {}  # setting (keyword form) -> the user's name for it
+    passed = {**given, **{k: v for k, v in flower.items() if v is not None}}
+    for user, value in passed.items():
+        setting = FLOWER_ALIASES.get(user) or cls.RENAMED.get(user, user)
+        if setting in by:
+            raise ValueError(f"{name}: {by[setting]}={settings[setting]!r} and {user}={value!r} "
+                             f"set the same knob ({setting}): give one of them")
+        settings[setting], by[setting] = value, user
+    for knob, default in cls.KNOBS.items():
+        setting = cls.RENAMED.get(knob, knob)
+        if setting not in settings:
+            settings[setting], by[setting] = default, knob
+    names = {setting.replace("_", "-"): user for setting, user in by.items()}
+    return settings, names
 
 
 class Method(MethodStrategy):
@@ -68,6 +110,11 @@ class Method(MethodStrategy):
         every parameter under it), which must be the model's last parameters. None: found from
         `initial_arrays`' names, as the last weight (2-D or more) and its bias; a model that
         ends otherwise is refused with an error that asks for it.
+    server_momentum, server_learning_rate : float | None (default: None)
+        Flower FedAvgM's keywords, accepted where they mean the same thing: `server_momentum`
+        is `lam` (the server momentum; for FedACG also its look-ahead step) and
+        `server_learning_rate` is `eta` (the server step on the averaged update; FedAGM's
+        `tau`). Give each knob once, under one name.
     identify_nodes : bool (default: False)
         Ask each node once for its `partition-id` / `num-partitions` (a query message, which
         the ClientApp answers with `client_app.blocks.query_reply`): the server rules that
@@ -82,6 +129,11 @@ class Method(MethodStrategy):
         server rules that use it (SCAFFOLD, FedCM, FedDC) read. The screening of replies is
         the app's (docs/security.md), its extra records' included.
     """
+
+    # A named strategy's own keywords and their defaults (user name -> default), and those of
+    # them that are a setting of another name (FedAGM's tau is eta): see `FedACG` below.
+    KNOBS: ClassVar[dict[str, Any]] = {}
+    RENAMED: ClassVar[dict[str, str]] = {}
 
     def __init__(
         self,
@@ -99,10 +151,16 @@ class Method(MethodStrategy):
         evaluate_metrics_aggr_fn: Callable[[list[RecordDict], str], MetricRecord] | None = None,
         classifier: str | Sequence[str] | None = None,
         identify_nodes: bool = False,
+        server_momentum: float | None = None,
+        server_learning_rate: float | None = None,
         **settings: Any,
     ) -> None:
         name = f"Method({method!r})" if type(self) is Method else type(self).__name__
         self.label = name  # for errors
+        _check_classifier(name, classifier)
+        settings, self._user_names = _own_names(
+            name, type(self), settings,
+            {"server_momentum": server_momentum, "server_learning_rate": server_learning_rate})
         if method not in methods.METHODS:
             close = difflib.get_close_matches(method, methods.method_names(), n=1)
             raise ValueError(f"{name}: unknown method {method!r}"
@@ -113,7 +171,7 @@ class Method(MethodStrategy):
             if key not in SETTINGS:
                 close = difflib.get_close_matches(key, SETTINGS, n=1)
                 raise ValueError(
-                    f"{name}: {_kw(key)} is "
+                    f"{name}: {self._user(key)} is "
                     + ("a setting of this project's app, not of a strategy" if key in
                        KEYS_BY_NAME else "not a setting")
                     + (f" (did you mean {_kw(close[0])}?)" if close else "")
@@ -129,7 +187,8 @@ class Method(MethodStrategy):
             self.cfg = resolve({"method": method, **self.settings})
         except ConfigError as err:
             text = str(err).split(" Fix it in ")[0]
-            text = re.sub(r"run config '([a-z0-9-]+)'", lambda m: _kw(m.group(1)), text)
+            text = re.sub(r"run config '([a-z0-9-]+)'", lambda m: self._user(m.group(1)), text)
+            text = re.sub(r"^([a-z0-9-]+) =", lambda m: self._user(m.group(1)) + " =", text)
             raise ValueError(f"{name}: {text} (the settings are the run-config keys of "
                              "docs/configuration.md with '_' for '-')") from None
         cfg = self.cfg
@@ -155,6 +214,10 @@ class Method(MethodStrategy):
         self.client_config: dict[str, Any] = {}  # the method.* keys of each train instruction
         self._train_config: ConfigRecord | None = None
         self._built_for: ArrayRecord | None = None
+
+    def _user(self, key: str) -> str:
+        """A run-config key by the name the user gave it (FedAGM's tau for eta)."""
+        return self._user_names.get(key, _kw(key))
 
     def summary(self) -> None:
         log(INFO, "\t├──> %s: method '%s' %s", type(self).__name__, self.method, self.settings)
@@ -247,7 +310,8 @@ class FedACG(Method):
     Parameters
     ----------
     lam : float (default: 0.85)
-        The server momentum lambda, also the look-ahead step; in [0, 1).
+        The server momentum lambda, also the look-ahead step; in [0, 1). Flower FedAvgM's
+        `server_momentum` is accepted for it.
     beta : float (default: 0.01)
         The weight beta of the clients' proximal term; >= 0.
     **kwargs
@@ -257,8 +321,10 @@ class FedACG(Method):
         settings, as for `Method` (e.g. `eta`, `local_gc`, `lr`, `max_update_norm`).
     """
 
-    def __init__(self, *, lam: float = 0.85, beta: float = 0.01, **kwargs: Any) -> None:
-        super().__init__("fedacg", lam=lam, beta=beta, **kwargs)
+    KNOBS = {"lam": 0.85, "beta": 0.01}
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__("fedacg", **kwargs)
 
 
 class FedAGM(Method):
@@ -278,16 +344,18 @@ class FedAGM(Method):
     beta : float (default: 0.01)
         The weight beta of the clients' proximal term; >= 0.
     tau : float (default: 1.0)
-        The server step tau on the averaged update.
+        The server step tau on the averaged update (Flower FedAvgM's `server_learning_rate`).
     alpha : float (default: 1.0)
         The weight alpha of the clients' cross-entropy.
     **kwargs
         Flower's FedAvg keywords and further settings, as for `FedACG`.
     """
 
-    def __init__(self, *, lam: float = 0.85, beta: float = 0.01, tau: float = 1.0,
-                 alpha: float = 1.0, **kwargs: Any) -> None:
-        super().__init__("fedagm", lam=lam, beta=beta, eta=tau, alpha=alpha, **kwargs)
+    KNOBS = {"lam": 0.85, "beta": 0.01, "tau": 1.0, "alpha": 1.0}
+    RENAMED = {"tau": "eta"}
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__("fedagm", **kwargs)
 
 
 class GCFed(Method):
@@ -314,9 +382,10 @@ class GCFed(Method):
         Flower's FedAvg keywords and further settings, as for `FedACG`.
     """
 
-    def __init__(self, *, classifier: str | Sequence[str] | None = None,
-                 gc_vectors: str = "center", **kwargs: Any) -> None:
-        super().__init__("gcfed", classifier=classifier, gc_vectors=gc_vectors, **kwargs)
+    KNOBS = {"gc_vectors": "center"}
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__("gcfed", **kwargs)
 
 
 class FedACGGCFed(Method):
@@ -341,8 +410,24 @@ class FedACGGCFed(Method):
         Flower's FedAvg keywords and further settings, as for `FedACG`.
     """
 
-    def __init__(self, *, lam: float = 0.85, beta: float = 0.01,
-                 classifier: str | Sequence[str] | None = None, gc_vectors: str = "center",
-                 **kwargs: Any) -> None:
-        super().__init__("fedacg+gcfed", lam=lam, beta=beta, classifier=classifier,
-                         gc_vectors=gc_vectors, **kwargs)
+    KNOBS = {"lam": 0.85, "beta": 0.01, "gc_vectors": "center"}
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__("fedacg+gcfed", **kwargs)
+
+
+def _signature(cls: type[Method]) -> inspect.Signature:
+    """What `help()`, `inspect.signature` and IDEs that ask show for a named strategy: its own
+    knobs with their defaults, then Method's keywords (Flower FedAvg's, with FedAvg's defaults;
+    classifier, identify_nodes, Flower FedAvgM's aliases), then the further settings."""
+    own = [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, default=v)
+           for k, v in cls.KNOBS.items()]
+    base = [p for p in inspect.signature(Method.__init__).parameters.values()
+            if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name not in cls.KNOBS]
+    rest = inspect.Parameter("settings", inspect.Parameter.VAR_KEYWORD, annotation=Any)
+    return inspect.Signature([inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+                              *own, *base, rest], return_annotation=None)
+
+
+for _cls in (FedACG, FedAGM, GCFed, FedACGGCFed):
+    _cls.__init__.__signature__ = _signature(_cls)

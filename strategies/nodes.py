@@ -109,6 +109,13 @@ class Nodes:
         known = node in self.partition_of
         return f"node {node}" + (f" (partition {self.partition_of[node]})" if known else "")
 
+    def describe_sample(self, nodes: list[int]) -> str:
+        """The sampled nodes in a log line: their partitions where every one is known, else the
+        node ids (with the partitions that are known)."""
+        if nodes and all(n in self.partition_of for n in nodes):
+            return f"partitions {[self.partition_of[n] for n in nodes]}"
+        return f"nodes {[self.describe(n) if n in self.partition_of else n for n in nodes]}"
+
     def identify(self, grid: Grid, nodes: list[int], construct: Construct) -> None:
         """Learn each node's partition (its slot in the sampling order).
 

@@ -130,7 +130,7 @@ class MethodStrategy(RoundConfig, FedAvg):
         resumed run, from the state given to `load_state_dict` (`initial_arrays` is not used).
         `round_end_fn(round, theta)` is called after each round's evaluation (checkpoints).
         """
-        log(INFO, "Starting %s strategy%s:", self.rule.name,
+        log(INFO, "Starting %s strategy%s:", type(self).__name__,
             f" (resumed at round {first_round})" if first_round > 1 else "")
         log_strategy_start_info(num_rounds, initial_arrays, train_config, evaluate_config)
         self.summary()
@@ -142,6 +142,7 @@ class MethodStrategy(RoundConfig, FedAvg):
             self._start_rule(initial_arrays)
             if evaluate_fn:
                 res = evaluate_fn(0, initial_arrays)
+                log(INFO, "Initial global evaluation results: %s", res)
                 if res is not None:
                     result.evaluate_metrics_serverapp[0] = res
         elif self._theta_record is None:
@@ -171,7 +172,9 @@ class MethodStrategy(RoundConfig, FedAvg):
                 log(INFO, "\t└──> Aggregated MetricRecord: %s", eval_metrics)
                 result.evaluate_metrics_clientapp[server_round] = eval_metrics
             if evaluate_fn:
+                log(INFO, "Global evaluation")
                 res = evaluate_fn(server_round, arrays)
+                log(INFO, "\t└──> MetricRecord: %s", res)
                 if res is not None:
                     result.evaluate_metrics_serverapp[server_round] = res
             if round_end_fn:
@@ -207,8 +210,8 @@ class MethodStrategy(RoundConfig, FedAvg):
         payload, self._phi = self.rule.broadcast(server_round)
         node_ids = self.nodes.sample(grid, self.fraction_train, self.min_train_nodes,
                                      self._construct)
-        log(INFO, "configure_train: sampled %d nodes (partitions %s)", len(node_ids),
-            [self.nodes.partition_of.get(n, f"node {n}") for n in node_ids])
+        log(INFO, "configure_train: sampled %d nodes (%s)", len(node_ids),
+            self.nodes.describe_sample(node_ids))
         if len(node_ids) < self.min_train_clients:  # pragma: no mutate (it only logs)
             log(WARNING, "round %d: %d nodes sampled but min-train-clients = %d: the round will "
                 "be skipped", server_round, len(node_ids), self.min_train_clients)
@@ -304,8 +307,8 @@ class MethodStrategy(RoundConfig, FedAvg):
             return []
         node_ids = self.nodes.sample(grid, self.fraction_evaluate, self.min_evaluate_nodes,
                                      self._construct)
-        log(INFO, "configure_evaluate: sampled %d nodes (partitions %s)", len(node_ids),
-            [self.nodes.partition_of.get(n, f"node {n}") for n in node_ids])
+        log(INFO, "configure_evaluate: sampled %d nodes (%s)", len(node_ids),
+            self.nodes.describe_sample(node_ids))
         config = ConfigRecord(dict(config))
         config["server-round"] = server_round
         record = RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: config})

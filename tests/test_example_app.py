@@ -78,13 +78,15 @@ def test_flwr_run_of_the_example_learns_offline(digits, tmp_path):
         out = subprocess.run(
             ["flwr", "run", str(EXAMPLE), CONNECTION, "--stream",
              "--federation-config", "num-supernodes=10",
-             "--run-config", f"dataset-path='{digits}' num-server-rounds=5"],
+             "--run-config", f"dataset-path='{digits}' num-server-rounds=5 "
+             f"model-dir='{tmp_path / 'models'}'"],
             cwd=tmp_path, env=link.env, capture_output=True, text=True, timeout=420)
     log = out.stdout + out.stderr
     assert out.returncode == 0, log[-3000:]
     assert "FedACGGCFed: method 'fedacg+gcfed'" in log, log[-3000:]
     assert "[ROUND 5/5]" in log and " 0 errors" in log, log[-3000:]
     assert final_accuracy(log) > 0.5  # 10 classes: chance is 0.1
+    assert (tmp_path / "models" / "final_model.pt").is_file()  # the run config's model-dir
 
 
 @pytest.mark.slow
@@ -102,7 +104,8 @@ from inprocess import InProcessGrid
 from pytorchexample import client_app, server_app
 TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1
 run_config = {{"num-server-rounds": 3, "fraction-train": 0.5, "fraction-evaluate": 0.0,
-               "local-epochs": 2, "lr": 0.1, "batch-size": 32, "dataset-path": {str(digits)!r}}}
+               "local-epochs": 2, "lr": 0.1, "batch-size": 32, "dataset-path": {str(digits)!r},
+               "model-dir": {str(tmp_path / "models")!r}}}
 nodes = [Context(run_id=1, node_id=i, node_config={{"partition-id": i, "num-partitions": 10}},
                  state=RecordDict(), run_config=run_config) for i in range(10)]
 grid = InProcessGrid(10, lambda i, msg: client_app.train(msg, nodes[i]), fixed_size=True)
@@ -115,3 +118,4 @@ server_app.main(grid, Context(run_id=1, node_id=0, node_config={{}}, state=Recor
     assert out.returncode == 0, log[-3000:]
     assert "Starting FedAvg strategy" in log, log[-3000:]
     assert final_accuracy(log) > 0.2
+    assert (tmp_path / "models" / "final_model.pt").is_file()

@@ -4,7 +4,7 @@ computations and the app's own strategy."""
 
 import pytest
 import torch
-from flwr.app import ArrayRecord, ConfigRecord
+from flwr.app import ArrayRecord, ConfigRecord, MetricRecord
 from flwr.serverapp.strategy import FedAvg, Strategy
 
 from fakegrid import FakeGrid
@@ -271,3 +271,87 @@ def test_the_summary_names_the_method_and_after_start_its_rule(caplog):
         init = random_state(0)
         run(strategy, deltas(small_deltas(0, 2, init), [1, 1], []), init, rounds=1, nodes=2)
     assert "Server rule: momentum: lookahead=True lam=0.5" in caplog.text
+
+
+def test_flower_fedavgm_keywords_mean_the_same_as_flowers_fedavgm():
+    """server_momentum / server_learning_rate are lam / eta: the same three rounds as Flower's
+    own FedAvgM with those keywords."""
+    from flwr.serverapp.strategy import FedAvgM
+
+    init = random_state(7)
+    ds = small_deltas(3, 4, init)
+    ours = run(Method("fedavgm", server_momentum=0.5, server_learning_rate=0.7,
+                      min_train_nodes=4, fraction_evaluate=0.0), deltas(ds, SIZES, []), init)
+    flower = run(FedAvgM(server_momentum=0.5, server_learning_rate=0.7, min_train_nodes=4,
+                         min_available_nodes=4, fraction_evaluate=0.0),
+                 deltas(ds, SIZES, []), init)
+    for k in init:
+        torch.testing.assert_close(ours[k], flower[k], atol=1e-6, rtol=0)
+    assert FedACG(server_momentum=0.6).cfg["lam"] == 0.6
+    assert FedAGM(server_learning_rate=0.4).cfg["eta"] == 0.4
+
+
+def test_the_signatures_show_flowers_keywords_and_the_knobs():
+    import inspect
+
+    fedavg = {n: p.default for n, p in inspect.signature(FedAvg).parameters.items()}
+    for cls, knobs in [(FedACG, {"lam": 0.85, "beta": 0.01}),
+                       (FedAGM, {"lam": 0.85, "beta": 0.01, "tau": 1.0, "alpha": 1.0}),
+                       (GCFed, {"gc_vectors": "center", "classifier": None}),
+                       (FedACGGCFed, {"lam": 0.85, "beta": 0.01, "gc_vectors": "center"}),
+                       (Method, {"method": inspect.Parameter.empty})]:
+        shown = {n: p.default for n, p in inspect.signature(cls).parameters.items()}
+        assert {n: shown.get(n, "missing") for n in fedavg} == fedavg, cls
+        assert {n: shown.get(n, "missing") for n in knobs} == knobs, cls
+        assert shown["server_momentum"] is None and shown["server_learning_rate"] is None
+    # the shown defaults are the ones used
+    assert (FedAGM().cfg["lam"], FedAGM().cfg["eta"], FedAGM().cfg["alpha"]) == (0.85, 1.0, 1.0)
+
+
+@pytest.mark.parametrize("build, message", [
+    (lambda: FedAGM(tau=0), r"FedAGM: tau = 0.0: out of range"),
+    (lambda: FedACG(lam=0.5, server_momentum=0.9),
+     r"FedACG: lam=0.5 and server_momentum=0.9 set the same knob \(lam\)"),
+    (lambda: FedAGM(tau=0.5, server_learning_rate=0.9),
+     r"FedAGM: tau=0.5 and server_learning_rate=0.9 set the same knob \(eta\)"),
+    (lambda: GCFed(classifier=123), r"GCFed: classifier=123: give the classifier's"),
+    (lambda: FedACGGCFed(classifier=[]), r"FedACGGCFed: classifier=\[\]: give"),
+    (lambda: Method("gcfed", classifier=["fc", 3]), r"classifier=\['fc', 3\]: give"),
+    (lambda: FedACG(server_momentum=1.5), r"FedACG: server_momentum = 1.5: out of range"),
+], ids=["tau", "lam-twice", "eta-twice", "classifier-int", "classifier-empty",
+        "classifier-mixed", "alias-range"])
+def test_every_error_names_the_argument_the_user_passed(build, message):
+    with pytest.raises(ValueError, match=message):
+        build()
+
+
+def test_start_logs_what_flowers_fedavg_start_logs(caplog):
+    """The class's name, the initial and per-round global evaluation of evaluate_fn, and the
+    sampled nodes as nodes (their partitions only where the strategy knows them): the lines of
+    Flower's own FedAvg.start, side by side."""
+    import logging
+
+    init = random_state(0)
+    calls = []
+
+    def evaluate_fn(server_round, arrays):
+        calls.append(server_round)
+        return MetricRecord({"accuracy": 0.25 * server_round})
+
+    logs = {}
+    for strategy in (FedAvg(min_train_nodes=2, min_available_nodes=2, fraction_evaluate=0.0),
+                     FedACG(min_train_nodes=2, fraction_evaluate=0.0)):
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="flwr"):
+            strategy.start(grid=FakeGrid(2, deltas(small_deltas(0, 2, init), [1, 1], [])),
+                           initial_arrays=ArrayRecord(init), num_rounds=2,
+                           train_config=ConfigRecord({"lr": 0.1}), evaluate_fn=evaluate_fn)
+        logs[type(strategy).__name__] = [r.getMessage() for r in caplog.records]
+    for name, lines in logs.items():
+        assert f"Starting {name} strategy:" in lines, name
+        assert "Initial global evaluation results: {'accuracy': 0.0}" in lines, name
+        assert lines.count("Global evaluation") == 2, name
+        assert "\t└──> MetricRecord: {'accuracy': 0.5}" in lines, name
+    sampled = [line for line in logs["FedACG"] if "sampled 2 nodes" in line]
+    assert sampled and all("(nodes [" in line for line in sampled), sampled
+    assert calls == [0, 1, 2] * 2

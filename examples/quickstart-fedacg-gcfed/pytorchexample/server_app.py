@@ -1,6 +1,7 @@
 """pytorchexample: the ServerApp."""
 
 from logging import INFO
+from pathlib import Path
 
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord
@@ -40,10 +41,13 @@ def main(grid: Grid, context: Context) -> None:
         evaluate_fn=lambda server_round, arrays: global_evaluate(server_round, arrays, path),
     )
 
-    # The final model: its accuracy on the test split, saved to disk
+    # The final model: its accuracy on the test split, saved to the run config's model-dir
     final = result.evaluate_metrics_serverapp[num_rounds]
     log(INFO, "Final test accuracy: %.4f", final["accuracy"])
-    torch.save(result.arrays.to_torch_state_dict(), "final_model.pt")
+    model_dir = Path(context.run_config["model-dir"]).expanduser()
+    model_dir.mkdir(parents=True, exist_ok=True)
+    torch.save(result.arrays.to_torch_state_dict(), model_dir / "final_model.pt")
+    log(INFO, "Final model saved to %s", model_dir / "final_model.pt")
 
 
 def global_evaluate(server_round: int, arrays: ArrayRecord, path: str) -> MetricRecord:
