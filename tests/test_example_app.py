@@ -119,3 +119,44 @@ server_app.main(grid, Context(run_id=1, node_id=0, node_config={{}}, state=Recor
     assert "Starting FedAvg strategy" in log, log[-3000:]
     assert final_accuracy(log) > 0.2
     assert (tmp_path / "models" / "final_model.pt").is_file()
+
+
+@pytest.mark.slow
+def test_the_examples_client_runs_unchanged_under_flowers_strategies_and_ours(digits, tmp_path):
+    """The example's ClientApp, as it is, under Flower's FedAvg, FedProx and FedAvgM and this
+    project's FedACGGCFed (in-process grid, 4 rounds each): every round aggregates all sampled
+    replies and each strategy learns (docs/own-app.md#flowers-own-strategies)."""
+    code = f"""
+import sys
+sys.path[:0] = [{str(EXAMPLE)!r}, {str(ROOT)!r}]
+from flwr.app import ArrayRecord, ConfigRecord, Context, RecordDict
+from flwr.serverapp.strategy import FedAvg, FedAvgM, FedProx
+from flwr.supercore.task_identity import TaskIdentity
+from inprocess import InProcessGrid
+from pytorchexample import client_app
+from pytorchexample.server_app import global_evaluate
+from pytorchexample.task import Net
+from strategies import FedACGGCFed
+import torch
+TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1
+run_config = {{"local-epochs": 2, "batch-size": 32, "dataset-path": {str(digits)!r}}}
+nodes = [Context(run_id=1, node_id=i, node_config={{"partition-id": i, "num-partitions": 10}},
+                 state=RecordDict(), run_config=run_config) for i in range(10)]
+kw = dict(fraction_train=0.5, fraction_evaluate=0.0, min_available_nodes=10)
+for strategy in (FedAvg(**kw), FedProx(proximal_mu=0.01, **kw), FedAvgM(server_momentum=0.5, **kw),
+                 FedACGGCFed(**kw)):
+    torch.manual_seed(0)
+    grid = InProcessGrid(10, lambda i, msg: client_app.train(msg, nodes[i]), fixed_size=True)
+    result = strategy.start(grid=grid, initial_arrays=ArrayRecord(Net().state_dict()),
+                            num_rounds=4, train_config=ConfigRecord({{"lr": 0.1}}))
+    acc = global_evaluate(4, result.arrays, {str(digits)!r})["accuracy"]
+    print("RESULT", type(strategy).__name__, sorted(result.train_metrics_clientapp), acc)
+"""
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=600)
+    log = out.stdout + out.stderr
+    assert out.returncode == 0, log[-3000:]
+    results = re.findall(r"RESULT (\w+) \[1, 2, 3, 4\] ([0-9.]+)", log)
+    assert [name for name, _ in results] == ["FedAvg", "FedProx", "FedAvgM", "FedACGGCFed"], log
+    assert all(float(acc) > 0.2 for _, acc in results), results  # 10 classes: chance is 0.1
+    assert "training plainly, as FedAvg's client" in log and "'proximal-mu' = 0.01" in log
