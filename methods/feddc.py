@@ -3,8 +3,11 @@ docs/baselines.md#feddc: a local drift h_i and SCAFFOLD-like corrections G_i, G.
 
 Client (state h_i and G_i, 2x, both start at 0); om_i = n_i N / sum_j n_j, alpha_i = alpha / om_i:
     L = CE + alpha_i/2 * ||w - (phi - h_i)||^2 + <w, G/om_i - G_i>     (added as gradients)
-    after the local update (d_i = w_K - phi, K steps, undecayed lr):
+    after the local update (d_i = w_K - phi, undecayed lr):
         h_i += d_i;   G_i+ = G_i - G/om_i - d_i / (K lr)
+    K is one number for every client, as FedDC's code takes it (`feddc-steps = 'mean'`):
+    local-epochs * ceil(mean_j n_j / batch-size), or local-iterations where set; 'own' takes
+    K_i, the steps client i took.
     it sends om_i * (G_i+ - G_i) (the record `feddc-dg`).
 Server (state G and H = sum over all clients of h_j, 2x):
     G += (1/N) * sum_{i in S} om_i (G_i+ - G_i)
@@ -17,6 +20,7 @@ reports it), computed on the client from the partitioning, which every node make
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any
 
 from .feddyn import UNTESTED_GC, ModelStepRule
@@ -39,6 +43,19 @@ def _training_sizes(frozen_cfg: tuple, num_partitions: int) -> tuple[int, ...]:
     return tuple(n - held_out_size(n, cfg["client-val-fraction"]) for n in sizes)
 
 
+def correction_steps(cfg: dict[str, Any], steps_taken: int, num_partitions: int) -> int:
+    """K of the correction d_i / (K lr) (docs/baselines.md#feddc). 'mean', FedDC's code: one K
+    for every client, local-iterations where set, else local-epochs * ceil(mean_j n_j / batch)
+    over the N partitions' training examples; 'own' (and a local update outside a federation,
+    num_partitions = 0): the steps this client took."""
+    if cfg.get("feddc-steps", "mean") == "own" or num_partitions <= 0:
+        return steps_taken
+    if cfg["local-iterations"] > 0:
+        return int(cfg["local-iterations"])
+    sizes = _training_sizes(tuple(sorted(cfg.items())), num_partitions)
+    return int(cfg["local-epochs"]) * math.ceil(sum(sizes) / num_partitions / cfg["batch-size"])
+
+
 def client_weight(cfg: dict[str, Any], partition: int, num_partitions: int) -> float:
     """om_i = n_i N / sum_j n_j over the N partitions, n_j their training examples (1 when every
     partition has the same size; 1 for a local update outside a federation, num_partitions =
@@ -53,7 +70,7 @@ class DriftCorrection(ClientPart):
     """FedDC's drift prox and gradient correction; h_i and G_i kept on the node."""
 
     name = "feddc"
-    keys = ("feddc-alpha",)
+    keys = ("feddc-alpha", "feddc-steps")
     down = (G_RECORD,)
     up = UP
     client_state = True
@@ -67,6 +84,7 @@ class DriftCorrection(ClientPart):
         import torch
 
         self.om = client_weight(self.cfg, ctx.partition_id, ctx.num_partitions)
+        self.num_partitions = ctx.num_partitions
         self.names = [n for n, _ in ctx.model.named_parameters()]
 
         def load(name):
@@ -97,7 +115,8 @@ class DriftCorrection(ClientPart):
         d = torch._foreach_sub([p.detach() for p in ctx.params], self.phi)  # d_i = w_K - phi
         h_i = torch._foreach_add(self.h_i, d)
         # G_i+ - G_i = -G/om_i - d_i / (K lr)
-        delta = torch._foreach_mul(d, -1.0 / (ctx.steps_done * float(self.cfg["lr"])))
+        k = correction_steps(self.cfg, ctx.steps_done, self.num_partitions)
+        delta = torch._foreach_mul(d, -1.0 / (k * float(self.cfg["lr"])))
         torch._foreach_sub_(delta, self.g_over_om)
         g_i = torch._foreach_add(self.g_i, delta)
         ctx.save_state(H_I_STATE, dict(zip(self.names, h_i)))

@@ -5,8 +5,9 @@ the received model phi and pushed from those of this client's previous local mod
     s_g = cos(z_w, z_phi), s_p = cos(z_w, z_prev)
     L = CE + mu * mean_batch[-log(e^{s_g/tau} / (e^{s_g/tau} + e^{s_p/tau}))]
 
-`prev` is this client's w_K of its last round, kept as per-client state (the first time, phi).
-Features, no projection head (as FL-bench).
+`prev` is this client's w_K of its last round, kept as per-client state; in a client's first
+round there is none and no term (MOON's code: CE alone). Features, no projection head (as
+FL-bench).
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ def model_contrastive_loss(z: torch.Tensor, z_global: torch.Tensor, z_prev: torc
 
 
 class ModelContrastive(ClientPart):
-    """mu times MOON's contrastive term; phi is the teacher, prev the client's last w_K."""
+    """mu times MOON's contrastive term; phi is the teacher, prev the client's last w_K (none
+    in its first round: no term)."""
 
     name = "moon"
     keys = ("moon-mu", "moon-tau")
@@ -51,15 +53,15 @@ class ModelContrastive(ClientPart):
     def begin(self, ctx) -> None:
         from models.features import FeatureTap
 
-        self.tap = None
+        self.tap = self.prev = self.teacher = None
         if self.mu == 0:
             return
-        self.teacher = ctx.teacher()
         prev = ctx.load_state(STATE, like=ctx.model.state_dict())
-        self.prev = None  # None: prev = phi, the teacher
-        if prev is not None:
-            self.prev = copy.deepcopy(self.teacher)
-            self.prev.load_state_dict(prev)
+        if prev is None:  # the client's first round: no previous model, no term (MOON's code:
+            return        # no negative, the one-logit cross-entropy is 0)
+        self.teacher = ctx.teacher()
+        self.prev = copy.deepcopy(self.teacher)
+        self.prev.load_state_dict(prev)
         self.tap = FeatureTap(ctx.model, "penultimate")
 
     def loss(self, ctx, logits, x, y):
@@ -71,7 +73,7 @@ class ModelContrastive(ClientPart):
             return None
         with torch.no_grad():
             z_global = forward_with_features(self.teacher, x)[1]
-            z_prev = z_global if self.prev is None else forward_with_features(self.prev, x)[1]
+            z_prev = forward_with_features(self.prev, x)[1]
         return self.mu * model_contrastive_loss(self.tap.features, z_global, z_prev, self.tau)
 
     def end(self, ctx) -> dict:

@@ -189,6 +189,10 @@ KEYS: tuple[Key, ...] = (
     Key("feddc-alpha", float, 0.01, "FedDC's alpha: drift penalty "
         "alpha/om_i/2 ||w - (phi - h_i)||^2 (docs/baselines.md#feddc).", "client", low=0.0,
         low_open=True),
+    Key("feddc-steps", str, "mean", "FedDC: K of the correction d_i/(K lr): 'mean', as its "
+        "code, one K for all clients (local-epochs * ceil(mean n_j / batch-size), or "
+        "local-iterations); 'own', the steps each client took (docs/baselines.md#feddc).",
+        "client", choices=("mean", "own")),
 
     # (FedCM, FedVARP, FedPAQ uplink codec)
     Key("fedcm-alpha", float, 0.1, "FedCM's a: the client steps along a * gradient + (1 - a) * "

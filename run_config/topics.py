@@ -22,7 +22,7 @@ TOPICS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
       "decorr-features",  # MOON, FedLC, FedNTD, FedDecorr
       # FedSOL, FedMLB
       "sol-rho", "mlb-lambda1", "mlb-lambda2", "mlb-temperature",
-      "feddyn-alpha", "feddc-alpha",  # SCAFFOLD, FedDyn, FedDC
+      "feddyn-alpha", "feddc-alpha", "feddc-steps",  # SCAFFOLD, FedDyn, FedDC
       # FedCM, FedVARP, FedPAQ
       "fedcm-alpha", "fedvarp-memory-mb", "uplink-bits", "uplink-tensors",
       )),

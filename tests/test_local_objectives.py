@@ -354,7 +354,7 @@ def test_moon_keeps_prev_per_client_and_uses_it():
     x, y = torch.randn(8, 1, 4, 4), torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])
     cfg = resolve({"method": "moon", "moon-mu": 2.0})
     state = RecordDict()
-    # round 1 of client 0: prev = phi, so the term is ln 2 with zero gradient: a CE step
+    # round 1 of client 0: no previous model, no term (MOON's code): a CE step
     w1 = copy.deepcopy(start)
     _one_step([ModelContrastive(cfg)], model=w1, x=x, y=y,
               ctx=LocalContext(state=state, partition_id=0))
@@ -374,7 +374,7 @@ def test_moon_keeps_prev_per_client_and_uses_it():
             zg, zp = forward_with_features(phi, x)[1], forward_with_features(w1, x)[1]
         return F.cross_entropy(m(x), y) + 2.0 * model_contrastive_loss(z, zg, zp, 0.5)
     _same(w2, _manual_step(phi, loss))
-    # client 1's first round starts again from prev = phi
+    # client 1's first round: again no previous model, a CE step
     w3 = copy.deepcopy(phi)
     _one_step([ModelContrastive(cfg)], model=w3, x=x, y=y,
               ctx=LocalContext(state=state, partition_id=1))
@@ -386,6 +386,29 @@ def _as_model(like: nn.Module, state: dict) -> nn.Module:
     m = copy.deepcopy(like)
     m.load_state_dict(state)
     return m
+
+
+def test_moon_first_round_loss_is_the_authors_ce_alone():
+    """MOON's code (train_net_fedcon) with no previous model: the contrastive logits are [s_g]
+    alone, and mu * CE([s_g] / tau, 0) is 0 whatever s_g, so the loss is the CE. The part adds
+    no term then (not mu ln 2 with a zero gradient), so the logged loss is theirs."""
+    s_g = torch.rand(8, 1) * 2 - 1
+    authors = 2.0 * F.cross_entropy(s_g / 0.5, torch.zeros(8, dtype=torch.long))
+    assert authors.item() == 0.0
+    seen = []
+
+    class Spy(ModelContrastive):
+        def loss(self, ctx, logits, x, y):
+            seen.append(super().loss(ctx, logits, x, y))
+            return seen[-1]
+
+    cfg = resolve({"method": "moon", "moon-mu": 2.0})
+    model, x = build_model("mlp", (1, 4, 4), 3, seed=0), torch.randn(8, 1, 4, 4)
+    state = RecordDict()
+    for _ in range(2):  # the client's first round, then its second
+        _one_step([Spy(cfg)], model=model, x=x, ctx=LocalContext(state=state, partition_id=0))
+    assert seen[0] is None
+    assert seen[1] is not None and seen[1].item() > 0
 
 
 def test_moon_mu_zero_is_fedavg():

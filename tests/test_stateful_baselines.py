@@ -313,6 +313,62 @@ def test_feddc_client_weight_is_from_the_training_example_counts():
         assert client_weight(cfg, i, big_n) == pytest.approx(n[i] * big_n / sum(n), rel=1e-12)
 
 
+def unequal_feddc_cfg(**over):
+    """An LDA split of digits over 6 clients in epoch mode: unequal training set sizes."""
+    return resolve({"method": "feddc", "dataset": "digits", "partitioner": "lda",
+                    "lda-alpha": 0.3, "client-val-fraction": 0.1, "seed": 0, "local-epochs": 2,
+                    "batch-size": 16, "lr": LR, **over})
+
+
+@pytest.mark.parametrize("steps", ["mean", "own"])
+def test_feddc_correction_steps_with_unequal_clients_by_hand(steps):
+    """K of d_i/(K lr): FedDC's code takes one K for every client, epochs * ceil(mean n / B)
+    (its example_code_*.py: n_minibatch); 'own' takes the steps the client took."""
+    import math
+
+    from feddata.loading import load_client_data
+    from methods.feddc import correction_steps
+
+    cfg, big_n = unequal_feddc_cfg(**{"feddc-steps": steps}), 6
+    n = [len(load_client_data(cfg, i, big_n).train_y) for i in range(big_n)]
+    assert len(set(n)) > 1
+    k_mean = 2 * math.ceil(sum(n) / big_n / 16)
+    for i in range(big_n):
+        own = 2 * math.ceil(n[i] / 16)  # the steps client i takes in epoch mode
+        assert correction_steps(cfg, own, big_n) == (k_mean if steps == "mean" else own)
+    assert correction_steps({**cfg, "local-iterations": 7}, 3, big_n) == (
+        7 if steps == "mean" else 3)
+    assert correction_steps(cfg, 3, 0) == 3  # outside a federation (LocalMethod): its own
+
+
+def test_feddc_client_sends_the_correction_of_the_authors_k():
+    """The client's delta-G_i = -G/om_i - d_i/(K lr) with K of 'mean', where its own steps
+    differ (STEPS = 4 here; the split's K is larger)."""
+    import math
+
+    from feddata.loading import load_client_data
+    from methods.feddc import client_weight
+
+    cfg, big_n, pid = unequal_feddc_cfg(), 6, 2
+    n = [len(load_client_data(cfg, i, big_n).train_y) for i in range(big_n)]
+    k = 2 * math.ceil(sum(n) / big_n / 16)
+    assert k != STEPS
+    model = tiny_model()
+    g = named(model, seed=10)
+    phi = weights(model)
+    x, y = tiny_data()
+    ctx = LocalContext(down={G_RECORD: ArrayRecord(g)}, state=RecordDict(), server_round=1,
+                       partition_id=pid, num_partitions=big_n)
+    local_update(model, x, y, LocalConfig(lr=LR, local_iterations=STEPS, batch_size=BATCH),
+                 None, parts=[DriftCorrection(cfg)], ctx=ctx)
+    om = client_weight(cfg, pid, big_n)
+    assert om == pytest.approx(n[pid] * big_n / sum(n))
+    sent = ctx.up[DELTA_G_RECORD].to_torch_state_dict()
+    for (name, _), p0, w in zip(model.named_parameters(), phi, weights(model)):
+        expect = om * (-g[name] / om - (w - p0) / (k * LR))
+        assert torch.allclose(sent[name], expect, atol=1e-6)
+
+
 def test_feddc_server_two_rounds_by_hand():
     model, big_n = mlp(), 5
     rule = FedDCRule(rule_cfg(method="feddc"), model)
