@@ -119,12 +119,28 @@ def _source(key: tuple, num_partitions: int) -> _Source:
     return _Source(key, num_partitions)
 
 
+def check_shards(cfg: dict[str, Any], num_partitions: int, train_examples: int) -> None:
+    """DataSourceError when the shards split cannot give every client its shards: it cuts the
+    training examples into num-partitions * shards-per-client shards of one example or more."""
+    shards = num_partitions * cfg["shards-per-client"]
+    if shards > train_examples:
+        from .sources import DataSourceError
+
+        raise DataSourceError(
+            f"the shards split needs {shards} shards ({num_partitions} clients x "
+            f"shards-per-client = {cfg['shards-per-client']}) of at least one example, and "
+            f"{cfg['dataset']} has {train_examples} training examples: lower shards-per-client "
+            "or use fewer clients.")
+
+
 def load_partition(cfg: dict[str, Any], partition_id: int, num_partitions: int):
     """The raw partition (a `datasets.Dataset`) of client `partition_id`."""
     if not 0 <= partition_id < num_partitions:
         raise ValueError(
             f"partition-id {partition_id} is not in [0, num-partitions={num_partitions})")
     source = _source(data_key(cfg), num_partitions)
+    if cfg["partitioner"] == "shards":
+        check_shards(cfg, num_partitions, len(source.train_split()))
     try:
         with warnings.catch_warnings():  # flwr-datasets warns at every LDA re-draw
             warnings.filterwarnings("ignore", message=".*min_partition_size", category=UserWarning)

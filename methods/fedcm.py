@@ -64,9 +64,9 @@ class FedCMRule(momentum.MomentumRule):
 
     name = "fedcm"
     down = (DELTA,)
-    # K: the screen drops a reply whose step count is not a whole number >= 0 (a count of 1e-300
-    # steps would make Delta infinite)
-    up_metrics = {"local-steps": ReplyMetric(low=0.0, integer=True)}
+    # K: the screen drops a reply whose step count is not a whole number in [0, bound] (a count
+    # of 1e-300 steps would make Delta infinite, 1e15 zero); the bound is set in __init__
+    up_metrics = {"local-steps": ReplyMetric(low=0.0, high=1e9, integer=True)}
     untested = {"lookahead": WHY_NOT_LOOKAHEAD, "global-gc": WHY_NOT_GC}
     summary = "theta += eta * d; sends Delta = -d / (K lr) (docs/baselines.md#fedcm)"
 
@@ -77,6 +77,10 @@ class FedCMRule(momentum.MomentumRule):
                                "(FedCM's momentum is Delta); set lam = 0")
         self.lr, self.lr_decay = float(cfg["lr"]), float(cfg["lr-decay"])
         self.delta = None
+        # K's bound: local-iterations where set (every honest client takes exactly that many),
+        # else 1e9; a larger claim (1e15 made Delta ~0) drops the reply
+        bound = float(cfg["local-iterations"]) if cfg["local-iterations"] > 0 else 1e9
+        self.up_metrics = {"local-steps": ReplyMetric(low=0.0, high=bound, integer=True)}
 
     def describe(self) -> str:
         return "fedcm: " + super().describe()

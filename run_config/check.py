@@ -29,18 +29,64 @@ def nodes_needed(cfg: Mapping[str, Any], num_nodes: int) -> int:
     return needed
 
 
-def check(run_config: Mapping[str, Any], num_supernodes: int | None = None) -> dict[str, Any]:
-    """The resolved config; ConfigError naming the key and the fix if it is not valid."""
+def check(run_config: Mapping[str, Any], num_supernodes: int | None = None,
+          disk: bool = False) -> dict[str, Any]:
+    """The resolved config; ConfigError naming the key and the fix if it is not valid. With
+    `num_supernodes`, also what the federation's size decides; with `disk`, that out-dir can be
+    made and written."""
     cfg = resolve(run_config)
-    needed = None if num_supernodes is None else nodes_needed(cfg, num_supernodes)
-    if needed is not None and num_supernodes < needed:
+    if num_supernodes is not None:
+        check_federation(cfg, num_supernodes)
+    if disk:
+        check_out_dir(cfg)
+    return cfg
+
+
+def check_federation(cfg: Mapping[str, Any], num_supernodes: int) -> None:
+    """ConfigError when `num_supernodes` nodes are fewer than a round samples, or than the
+    robust aggregator needs in a round (the ServerApp runs this too, with the nodes connected)."""
+    from server_math.robust import replies_needed
+
+    needed = nodes_needed(cfg, num_supernodes)
+    if num_supernodes < needed:
         raise ConfigError(
             f"num-supernodes = {num_supernodes} is fewer than the {needed} nodes a round samples"
             f" (min-train-nodes = {cfg['min-train-nodes']}"
             + (f", min-evaluate-nodes = {cfg['min-evaluate-nodes']}"
                if cfg["fraction-evaluate"] > 0 else "")
             + "): raise num-supernodes or lower min-train-nodes / min-evaluate-nodes.")
-    return cfg
+    sampled = max(int(num_supernodes * cfg["fraction-train"]), cfg["min-train-nodes"])
+    need = replies_needed(cfg["robust-aggregator"], cfg["num-malicious"], cfg["multikrum-select"])
+    if sampled < need:
+        raise ConfigError(
+            f"run config 'robust-aggregator' = '{cfg['robust-aggregator']}' with 'num-malicious' "
+            f"= {cfg['num-malicious']}" + (f" and 'multikrum-select' = {cfg['multikrum-select']}"
+                                           if cfg["robust-aggregator"] == "multikrum" else "")
+            + f" needs at least {need} replies a round, and a round samples {sampled} of "
+            f"{num_supernodes} nodes: lower num-malicious, or sample more nodes "
+            "(fraction-train, min-train-nodes).")
+
+
+def check_out_dir(cfg: Mapping[str, Any]) -> None:
+    """ConfigError unless out-dir is, or can be made as, a folder this process can write: its
+    nearest existing folder takes a new folder (made and removed again at once)."""
+    import os
+    import tempfile
+    from pathlib import Path
+
+    path = Path(cfg["out-dir"]).expanduser()
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise ConfigError(f"run config 'out-dir' = '{cfg['out-dir']}' passes through {probe}, "
+                          "which is a file, not a folder: give a folder for run outputs.")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".fedacg-gc-check-", dir=probe))
+    except OSError as err:
+        raise ConfigError(f"run config 'out-dir' = '{cfg['out-dir']}': no folder can be made in "
+                          f"{probe} ({err.strerror or err}): give a folder you can write, e.g. "
+                          "out-dir='~/fedacg-gc-runs'.") from None
 
 
 def parse(args: list[str] | None) -> dict[str, Any]:
@@ -67,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         run_config = parse(args.run_config)
         federation = parse(args.federation_config)
         nodes = federation.get("num-supernodes")
-        cfg = check(run_config, nodes if isinstance(nodes, int) else None)
+        cfg = check(run_config, nodes if isinstance(nodes, int) else None, disk=True)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

@@ -12,7 +12,7 @@ from methods.registry import parse_objective
 
 from .presets import PRESETS
 from .coerce import coerce
-from .schema import KEYS, KEYS_BY_NAME, PRESET
+from .schema import KEYS, KEYS_BY_NAME, NATURAL_ID_DATASETS, PRESET
 from .setups import apply_setup
 
 
@@ -79,6 +79,11 @@ def _check_combinations(cfg: dict[str, Any], explicit: set[str]) -> None:
             raise ConfigError(
                 "run config 'dynamic-replace-prob' > 0 needs fresh partitions to hand out: set "
                 "'dynamic-pool-factor' above 1 (e.g. 2.0).")
+    if cfg["partitioner"] == "natural" and cfg["dataset"] not in NATURAL_ID_DATASETS:
+        raise ConfigError(
+            f"run config 'partitioner' = 'natural' gives each client one writer / speaker / "
+            f"celebrity, and dataset '{cfg['dataset']}' names none: use it with "
+            f"{', '.join(NATURAL_ID_DATASETS)}, or choose another partitioner (e.g. 'lda').")
     if cfg["local-epochs"] == 0 and cfg["local-iterations"] == 0:
         raise ConfigError(
             "run config: local-epochs = 0 and local-iterations = 0 means no local training; "

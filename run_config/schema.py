@@ -68,6 +68,8 @@ METHODS = methods.method_names()  # the built-in methods; `methods.method_names(
 DATASETS = ("digits", "cifar10", "cifar100", "tiny-imagenet", "emnist", "femnist", "celeba",
             "shakespeare")
 PARTITIONERS = ("iid", "dirichlet-balanced", "lda", "natural", "shards")
+# The datasets with a natural client id (feddata.specs: natural_id), which the natural split needs
+NATURAL_ID_DATASETS = ("femnist", "celeba", "shakespeare")
 AUGMENTATIONS = ("auto", "none", "crop-flip")
 MODELS = ("mlp", "mlp-gcfed", "cnn", "resnet18", "vgg11", "vgg11-gcfed", "femnist-cnn",
           "celeba-cnn", "char-lstm")
@@ -94,7 +96,7 @@ KEYS: tuple[Key, ...] = (
         "server", choices=_P, low=0.0, high=1.0, high_open=True),
     Key("eta", float, PRESET,
         "Server step size (FedAGM's tau; FedOpt's eta for fedadam/fedyogi/fedadagrad).",
-        "server", choices=_P, low=0.0, low_open=True),
+        "server", choices=_P, low=0.0, low_open=True, high=1e3),
     Key("aggregation", str, PRESET, "Client weights: proportional to examples, or uniform 1/|S_t|.",
         "server", choices=("preset", "examples", "uniform")),
     Key("global-gc", str, PRESET,
@@ -102,7 +104,7 @@ KEYS: tuple[Key, ...] = (
         "layers past the borderline.", "server", choices=("preset", "none", "all", "classifier")),
     Key("fedopt-tau", float, 1e-3,
         "Adaptivity tau of fedadam/fedyogi/fedadagrad (Flower's FedOpt).",
-        "server", low=0.0, low_open=True),
+        "server", low=0.0, low_open=True, high=1e3),
     Key("allow-untested-combinations", bool, False, "Run a combination of a method with "
         "look-ahead or GC that no paper defines (docs/baselines.md#combinations); the run folder "
         "records it as untested.", "server"),
@@ -111,9 +113,9 @@ KEYS: tuple[Key, ...] = (
         "added to alpha * CE, comma-separated in the order applied; 'none' = plain CE; "
         "'preset' = the method's. Known parts: see docs/extending.md.", "client"),
     Key("beta", float, PRESET, "Proximal coefficient: loss += beta/2 * ||w - phi||^2 (FedProx mu).",
-        "client", choices=_P, low=0.0),
+        "client", choices=_P, low=0.0, high=1e4),
     Key("alpha", float, 1.0, "Weight of the cross-entropy term (FedAGM's alpha).",
-        "client", low=0.0, low_open=True),
+        "client", low=0.0, low_open=True, high=1e4),
     Key("local-gc", str, PRESET, "Local GC of gradients: none, every layer, or the feature layers "
         "before the borderline.", "client", choices=("preset", "none", "all", "features")),
     Key("gc-borderline", float, "classifier", "Borderline between local and global GC: before the "
@@ -121,7 +123,7 @@ KEYS: tuple[Key, ...] = (
         "client", choices=("classifier",), low=0.0, high=1.0, low_open=True),
     Key("gc-vectors", str, "center", "GC of 1-D tensors (biases, norm scales): centre them "
         "(GC-Fed code) or skip them (original GC).", "client", choices=("center", "skip")),
-    Key("lr", float, 0.05, "Local SGD learning rate.", "client", low=0.0, low_open=True),
+    Key("lr", float, 0.05, "Local SGD learning rate.", "client", low=0.0, low_open=True, high=1e3),
     Key("lr-decay", float, 1.0, "Per-round decay: round t uses lr * lr-decay^(t-1).",
         "client", low=0.0, high=1.0, low_open=True),
     Key("lr-epoch-decay", float, 1.0, "Per-local-epoch decay on top of the round's: local epoch "
@@ -135,9 +137,10 @@ KEYS: tuple[Key, ...] = (
     Key("batch-size", int, 16, "Local mini-batch size.", "client", low=1, high=100_000),
     Key("local-momentum", float, 0.0, "Momentum of the local SGD optimizer.",
         "client", low=0.0, high=1.0, high_open=True),
-    Key("weight-decay", float, 1e-3, "Weight decay of the local SGD optimizer.", "client", low=0.0),
+    Key("weight-decay", float, 1e-3, "Weight decay of the local SGD optimizer.", "client", low=0.0,
+        high=1e3),
     Key("grad-clip", float, 10.0, "Max gradient norm (clip_grad_norm_); 0 = no clipping.",
-        "client", low=0.0),
+        "client", low=0.0, high=1e12),
     Key("device", str, "auto", "Training device of the ClientApp and the server's evaluation.",
         "client", choices=("auto", "cpu", "cuda"), resume_may_differ=True),
     Key("precision", str, "fp32", "Local training arithmetic: fp32; 'amp' = fp16 autocast with a "
@@ -151,44 +154,44 @@ KEYS: tuple[Key, ...] = (
     # --- baselines' knobs (docs/baselines.md): one block per group of methods ---
     # (local-objective baselines: MOON, FedLC, FedNTD, FedDecorr)
     Key("moon-mu", float, 1.0, "MOON: weight mu of the model-contrastive term "
-        "(docs/baselines.md#moon).", "client", low=0.0),
+        "(docs/baselines.md#moon).", "client", low=0.0, high=1e4),
     Key("moon-tau", float, 0.5, "MOON: temperature of the cosine similarities.", "client",
-        low=0.0, low_open=True),
+        low=0.0, low_open=True, high=1e4),
     Key("lc-tau", float, PRESET, "FedLC: calibration strength tau, logits f_c - tau * "
         "n_c^(-1/4) (docs/baselines.md#fedlc); fedlc-fedacg 1, fedlc-gcfed 0.1.", "client",
-        choices=_P, low=0.0),
+        choices=_P, low=0.0, high=1e4),
     Key("ntd-beta", float, PRESET, "FedNTD: weight beta of the not-true distillation term "
         "(docs/baselines.md#fedntd); fedntd-fedacg 0.3, fedntd-gcfed 1.", "client", choices=_P,
         low=0.0, high=1.0),
     Key("ntd-tau", float, 1.0, "FedNTD: distillation temperature tau.", "client", low=0.0,
-        low_open=True),
+        low_open=True, high=1e4),
     Key("ntd-form", str, PRESET, "FedNTD: 'fedacg' = (1 - beta) CE + beta KL (FedACG code), "
         "'gcfed' = CE + beta tau^2 KL (GC-Fed and FedNTD code).", "client",
         choices=("preset", "fedacg", "gcfed")),
     Key("decorr-beta", float, PRESET, "FedDecorr: weight beta of the decorrelation term "
         "(docs/baselines.md#feddecorr); feddecorr-fedacg 0.01, feddecorr-gcfed 0.001.", "client",
-        choices=_P, low=0.0),
+        choices=_P, low=0.0, high=1e4),
     Key("decorr-features", str, PRESET, "FedDecorr: the features decorrelated: the penultimate "
         "ones, or (GC-Fed code) the flattened conv map for the CNN and the penultimate ones "
         "otherwise.", "client", choices=("preset", "penultimate", "conv-map")),
 
     # (local-objective baselines: FedSOL, FedMLB)
     Key("sol-rho", float, 1.0, "FedSOL's perturbation size rho (docs/baselines.md#fedsol); "
-        "0 = FedAvg's step.", "client", low=0.0),
+        "0 = FedAvg's step.", "client", low=0.0, high=1e4),
     Key("mlb-lambda1", float, 1.0, "FedMLB's weight lambda_1 of the branches' cross-entropy "
-        "(docs/baselines.md#fedmlb).", "client", low=0.0),
+        "(docs/baselines.md#fedmlb).", "client", low=0.0, high=1e4),
     Key("mlb-lambda2", float, 1.0, "FedMLB's weight lambda_2 of the branches' KL to the main "
-        "logits.", "client", low=0.0),
+        "logits.", "client", low=0.0, high=1e4),
     Key("mlb-temperature", float, 1.0, "FedMLB's temperature T of that KL.", "client", low=0.0,
-        low_open=True),
+        low_open=True, high=1e4),
 
     # (stateful baselines: SCAFFOLD, FedDyn, FedDC)
     Key("feddyn-alpha", float, 0.1, "FedDyn's alpha: loss += alpha/2 ||w - phi||^2 - <g_i, w>, "
         "server theta = mean - h/alpha (docs/baselines.md#feddyn).", "client", low=0.0,
-        low_open=True),
+        low_open=True, high=1e4),
     Key("feddc-alpha", float, 0.01, "FedDC's alpha: drift penalty "
         "alpha/om_i/2 ||w - (phi - h_i)||^2 (docs/baselines.md#feddc).", "client", low=0.0,
-        low_open=True),
+        low_open=True, high=1e4),
     Key("feddc-steps", str, "mean", "FedDC: K of the correction d_i/(K lr): 'mean', as its "
         "code, one K for all clients (local-epochs * ceil(mean n_j / batch-size), or "
         "local-iterations); 'own', the steps each client took (docs/baselines.md#feddc).",
@@ -200,7 +203,7 @@ KEYS: tuple[Key, ...] = (
         "client", low=0.0, high=1.0),
     Key("fedvarp-memory-mb", float, 2048.0, "FedVARP keeps the last update of every client (N "
         "models): in memory up to this many MB, beyond in a memory-mapped file next to the runs "
-        "(docs/baselines.md#fedvarp).", "server", low=0.0, resume_may_differ=True),
+        "(docs/baselines.md#fedvarp).", "server", low=0.0, resume_may_differ=True, high=1e9),
     Key("uplink-bits", int, PRESET, "FedPAQ uplink quantization: each client sends d_i = w - phi "
         "quantized to this many bits per element (s = 2^(b-1) levels, stochastic rounding); 0 = "
         "off (docs/baselines.md#fedpaq).", "client", choices=_P, low=0, high=16),
@@ -211,24 +214,30 @@ KEYS: tuple[Key, ...] = (
 
     # --- federation ---
     Key("num-server-rounds", int, 30, "Number of rounds T (with resume: the round to end at).",
-        "federation", low=1, resume_may_differ=True),
+        "federation", low=1, resume_may_differ=True, high=1_000_000),
     Key("fraction-train", float, 0.25, "Fraction of connected nodes sampled each round.",
         "federation", low=0.0, high=1.0, low_open=True),
     Key("min-train-nodes", int, 2, "Least number of nodes sampled each round.", "federation",
-        low=1),
+        low=1, high=1_000_000),
     Key("fraction-evaluate", float, 0.0, "Fraction of nodes for federated evaluation on their "
         "held-out split (0 = off).", "federation", low=0.0, high=1.0),
     Key("min-evaluate-nodes", int, 2, "Least number of nodes in federated evaluation.",
-        "federation", low=1),
+        "federation", low=1, high=1_000_000),
     Key("min-train-clients", int, 1, "Least number of valid train replies for a round to update "
-        "the model; with fewer the round is skipped (theta and m unchanged).", "federation", low=1),
+        "the model; with fewer the round is skipped (theta and m unchanged).", "federation", low=1,
+        high=1_000_000),
+    Key("max-skipped-rounds", int, 10, "End the run as failed when this many rounds in a row "
+        "aggregate no reply (every reply failed, timed out or was dropped: the model stopped "
+        "moving); 0 = never. A run that aggregated no round at all fails at its end either way "
+        "(docs/results.md#runs-that-learn-nothing).", "federation", low=0, high=1_000_000),
     Key("max-update-norm", float, 0.0, "Drop a train reply whose update norm ||w_i - phi|| "
-        "(all float tensors) exceeds this; 0 = no limit.", "federation", low=0.0),
+        "(all float tensors) exceeds this; 0 = no limit.", "federation", low=0.0, high=1e30),
     Key("round-timeout", float, 600.0, "Seconds to wait for the replies of one round; missing "
         "replies are counted as timeouts.", "federation", low=0.0, low_open=True,
-        resume_may_differ=True),
+        resume_may_differ=True, high=1e7),
     Key("node-wait-timeout", float, 120.0, "Seconds to wait for enough nodes to connect before "
-        "failing with an error.", "federation", low=0.0, low_open=True, resume_may_differ=True),
+        "failing with an error.", "federation", low=0.0, low_open=True, resume_may_differ=True,
+        high=1e7),
     # high: the clients seed their batch order with (seed * 1000003 + round) * 100003 + partition,
     # which must stay below 2^64 (torch's seed range)
     Key("seed", int, 0, "Seed of the data split, the partitions, node sampling and model init.",
@@ -238,10 +247,10 @@ KEYS: tuple[Key, ...] = (
         "holding a fresh data partition (0 = off; not with fedadam/fedyogi/fedadagrad).",
         "federation", low=0.0, high=1.0),
     Key("dynamic-replace-every", int, 100, "Rounds between client replacements (FedACG: 100).",
-        "federation", low=1),
+        "federation", low=1, high=1_000_000),
     Key("dynamic-pool-factor", float, 2.0, "With dynamic clients, the data is split into "
         "round(factor * num-partitions) partitions, of which the clients hold num-partitions at a "
-        "time (FedACG: 500 for 250 clients).", "federation", low=1.0),
+        "time (FedACG: 500 for 250 clients).", "federation", low=1.0, high=1e3),
     Key("simulation-fast-poll", bool, True, "In a simulation, answer the engine's per-node "
         "message poll at once for nodes with no message (the same messages are delivered; "
         "docs/performance.md#many-clients); false = Flower's own poll, whose "
@@ -254,16 +263,18 @@ KEYS: tuple[Key, ...] = (
     # --- robustness: what one client can do to the model (docs/security.md) ---
     Key("update-norm-ratio", float, 30.0, "Drop a train reply whose update norm (of w_i - phi) "
         "exceeds this many times the median update norm of the round's replies; 0 = off.",
-        "robustness", low=0.0),
+        "robustness", low=0.0, high=1e12),
     Key("update-clip-ratio", float, 0.0, "Scale a train reply's update (w_i - phi) down to this "
         "many times the median update norm of the round's replies where it is longer; 0 = off "
         "(honest updates reach 15x the median: docs/security.md#honest-runs).",
-        "robustness", low=0.0),
+        "robustness", low=0.0, high=1e12),
     Key("record-norm-ratio", float, 30.0, "Drop a train reply whose extra record (e.g. "
         "SCAFFOLD's scaffold-dc, FedDC's feddc-dg) has a norm above this many times the median "
-        "norm of the same record in the round's replies; 0 = off.", "robustness", low=0.0),
+        "norm of the same record in the round's replies; 0 = off.", "robustness", low=0.0,
+        high=1e12),
     Key("num-examples-ratio", float, 10.0, "Weigh a reply's claimed num-examples at most this "
-        "many times the median claim of the round's replies; 0 = off.", "robustness", low=0.0),
+        "many times the median claim of the round's replies; 0 = off.", "robustness", low=0.0,
+        high=1e12),
     Key("num-examples-check", bool, True, "Weigh a reply's claimed num-examples at most as the "
         "largest client partition of the split the server computes at the start "
         "(partitions.json size-max); false = trust the claims up to num-examples-ratio.",
@@ -275,9 +286,10 @@ KEYS: tuple[Key, ...] = (
     Key("trim-fraction", float, 0.2, "trimmed-mean: fraction of values cut at each end per "
         "coordinate (FedTrimmedAvg's beta).", "robustness", low=0.0, high=0.5, high_open=True),
     Key("num-malicious", int, 0, "krum / multikrum / bulyan: number f of malicious clients "
-        "per round to tolerate (bulyan needs at least 4f + 3 replies).", "robustness", low=0),
+        "per round to tolerate (bulyan needs at least 4f + 3 replies).", "robustness", low=0,
+        high=1_000_000),
     Key("multikrum-select", int, 0, "multikrum: number of updates averaged; 0 = replies - f.",
-        "robustness", low=0),
+        "robustness", low=0, high=1_000_000),
     # high: the noise std z * C / n is then at most 1e6 per coordinate, which float32 (max
     # 3.4e38) holds in theta and in its squared norms over 1e8 parameters (1e12 each, 1e20 in
     # all; the server screens and clips by such norms), with room for momentum and many rounds;
@@ -301,24 +313,28 @@ KEYS: tuple[Key, ...] = (
         "spread ~ Dir(lda-alpha)), natural (one writer/speaker/celebrity per client) or shards "
         "(label-sorted shards, McMahan).", "data", choices=PARTITIONERS),
     Key("dirichlet-alpha", float, 0.3, "Concentration of the balanced Dirichlet split.",
-        "data", low=0.0, low_open=True),
-    Key("lda-alpha", float, 0.1, "Concentration of the LDA split.", "data", low=0.0, low_open=True),
-    Key("lda-min-size", int, 10, "Least examples per client in the LDA split.", "data", low=0),
+        "data", low=0.0, low_open=True, high=1e6),
+    Key("lda-alpha", float, 0.1, "Concentration of the LDA split.", "data", low=0.0, low_open=True,
+        high=1e6),
+    Key("lda-min-size", int, 10, "Least examples per client in the LDA split.", "data", low=0,
+        high=1_000_000_000),
     Key("lda-self-balancing", bool, False, "LDA split: stop giving a class's examples to clients "
         "already above the average size (FedLab's split, used by GC-Fed's code).", "data"),
-    Key("shards-per-client", int, 2, "Shards per client in the shards split.", "data", low=1),
+    Key("shards-per-client", int, 2, "Shards per client in the shards split.", "data", low=1,
+        high=1_000_000),
     Key("test-fraction", float, 0.2, "Share held out as the server's test set where the dataset "
         "has no test split (digits; FEMNIST and Shakespeare: per writer/speaker).",
         "data", low=0.0, high=1.0, low_open=True, high_open=True),
     Key("test-max-examples", int, 0, "Evaluate on a fixed random subset of at most this many test "
-        "examples; 0 = the whole test set.", "data", low=0),
+        "examples; 0 = the whole test set.", "data", low=0, high=1_000_000_000),
     Key("client-val-fraction", float, 0.1,
         "Share of each partition held out for federated evaluation.",
         "data", low=0.0, high=1.0, high_open=True),
     Key("augment", str, "auto", "Training augmentation on the training device: random crop with "
         "padding + horizontal flip, or none; 'auto' = crop-flip for CIFAR and Tiny-ImageNet, none "
         "for the others. Never at test time.", "data", choices=AUGMENTATIONS),
-    Key("augment-padding", int, 4, "Zero padding of the random crop, in pixels.", "data", low=0),
+    Key("augment-padding", int, 4, "Zero padding of the random crop, in pixels.", "data", low=0,
+        high=1000),
     Key("augment-rotation", float, 0.0, "Also rotate training images by up to this many degrees "
         "(FedACG's code: 10) when augmenting; 0 = no rotation.", "data", low=0.0, high=180.0),
     # --- model ---
@@ -332,10 +348,10 @@ KEYS: tuple[Key, ...] = (
         "torchvision's VGG/ResNet init as GC-Fed's code runs it (docs/data.md#models).", "model",
         choices=INITS),
     Key("gn-groups", int, 2, "GroupNorm groups of ResNet-18 (2 in FedACG, 32 in GC-Fed).",
-        "model", low=1),
+        "model", low=1, high=4096),
     # --- output ---
     Key("eval-every", int, 1, "Evaluate the global model on the test set every this many rounds "
-        "(and after the last).", "output", low=1, resume_may_differ=True),
+        "(and after the last).", "output", low=1, resume_may_differ=True, high=1_000_000),
     Key("acc-at-rounds", str, "", "Rounds R at which the summary reports the EMA accuracy, "
         "comma-separated (e.g. '500,1000'); empty = half-way and the last round.", "output",
         resume_may_differ=True),
@@ -350,7 +366,8 @@ KEYS: tuple[Key, ...] = (
         "running run, is refused; with resume, it must be the resumed run's own (empty: kept).",
         "output", resume_may_differ=True),
     Key("checkpoint-every", int, 10, "Write <run folder>/checkpoint.pt every this many rounds "
-        "and after the last (atomically); 0 = never.", "output", low=0, resume_may_differ=True),
+        "and after the last (atomically); 0 = never.", "output", low=0, resume_may_differ=True,
+        high=1_000_000),
     Key("resume", str, "", "Continue a run from a checkpoint: '' = start fresh, 'latest' = the "
         "checkpoint of out-dir/run-name (run-name set) or of the one unfinished run without a "
         "run-name under out-dir (refused when there are several), or the path of a checkpoint.pt "
@@ -359,7 +376,8 @@ KEYS: tuple[Key, ...] = (
         "the per-round lines of the strategy and of Flower (sampling, aggregation, metrics).",
         "output", choices=("info", "debug"), resume_may_differ=True),
     Key("plot-every", int, 10, "Redraw the run folder's PNG plots every this many rounds (and "
-        "after the last); 0 = only after the last.", "output", low=0, resume_may_differ=True),
+        "after the last); 0 = only after the last.", "output", low=0, resume_may_differ=True,
+        high=1_000_000),
     Key("tensorboard", bool, False, "Also write every round's metrics as TensorBoard events to "
         "<run folder>/tensorboard (needs the 'tensorboard' extra).", "output",
         resume_may_differ=True),

@@ -44,7 +44,8 @@ TOPICS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
       "dynamic-pool-factor", "simulation-fast-poll", "server-pass")),
     ("Reliability",
      "What the server does with late, failed or bad replies ([results](results.md)).",
-     ("min-train-clients", "max-update-norm", "round-timeout", "node-wait-timeout")),
+     ("min-train-clients", "max-skipped-rounds", "max-update-norm", "round-timeout",
+      "node-wait-timeout")),
     ("Robustness",
      "How far one client can move the model: outlier and weight caps, robust aggregators and "
      "server-side differential privacy ([security](security.md)).",

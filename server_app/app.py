@@ -6,6 +6,7 @@ Thin Flower glue; the server maths is in `server_math.server_update`, checkpoint
 from __future__ import annotations
 
 import random
+import uuid
 from logging import DEBUG, INFO, WARNING
 from pathlib import Path
 
@@ -19,15 +20,17 @@ from feddata import load_test_data, spec_of
 from feddata.summary import format_summary, partition_summary
 from models import build_model
 from run_config import load_setup, resolve
+from run_config.check import check_federation
 
 from reporting.tracking import build_trackers
 from server_math import block_kernel
 
 from . import console
-from .checkpoint import (check_resumable, find_checkpoint, load_checkpoint, resumed_run_name,
-                         save_checkpoint, set_rng_state)
+from .checkpoint import (check_owner, check_resumable, find_checkpoint, load_checkpoint,
+                         resumed_run_name, save_checkpoint, set_rng_state)
 from .factory import build_strategy
-from .results import RunRecorder, make_run_dir, mark_failed, mark_running, write_json_atomic
+from .results import (RunRecorder, make_run_dir, mark_failed, mark_running, read_results,
+                      write_json_atomic)
 from .run_lock import hold_run_dir
 from .sim_poll import speed_up_message_poll
 from .traffic import MeteredGrid
@@ -106,13 +109,16 @@ def run_server(grid: Grid, context: Context, where: dict) -> None:
         run_dir = path.parent  # the resumed run goes on in its own folder, under its own name
         hold(run_dir, "resume")
         checkpoint = load_checkpoint(path)
+        check_owner(checkpoint, run_dir, read_results(run_dir) or {})
         check_resumable(checkpoint["config"], cfg, checkpoint["round"])
         cfg["run-name"] = resumed_run_name(cfg, checkpoint["config"], run_dir)
         log(INFO, "Resuming %s at round %d", path, checkpoint["round"] + 1)
     else:
         run_dir = make_run_dir(cfg, hold=lambda folder: hold(folder, "run-name"))
     where["run_dir"] = run_dir
-    mark_running(run_dir, cfg, context.run_id)
+    # the run's own id: a checkpoint carries it, a resume holds it against its folder's
+    run_uid = (checkpoint or {}).get("run-uid") or uuid.uuid4().hex
+    mark_running(run_dir, cfg, context.run_id, run_uid)
     write_json_atomic(run_dir / "config.json", cfg)
     log(INFO, "Run folder: %s (Flower run %s)", run_dir, context.run_id)
     random.seed(cfg["seed"])  # Flower's own baselines sample nodes with the global `random`
@@ -128,6 +134,8 @@ def run_server(grid: Grid, context: Context, where: dict) -> None:
         plot_labels(cfg, partitions["clients"], run_dir)
 
     simulation = getattr(grid, "fixed_size", False) or is_simulation(grid)
+    if simulation and partitions:  # the federation's size is known: what it decides
+        check_federation(cfg, partitions["clients"])
     if cfg["precision"] == "amp" and simulation and not torch.cuda.is_available():
         log(WARNING, "precision = 'amp' needs a CUDA GPU and none is visible here: simulated "
             "clients without one refuse to train (precision = 'auto' trains in fp32 there).")
@@ -168,7 +176,7 @@ def run_server(grid: Grid, context: Context, where: dict) -> None:
     def round_end(server_round: int, arrays: ArrayRecord) -> None:
         if every and (server_round % every == 0 or server_round == cfg["num-server-rounds"]):
             path = save_checkpoint(run_dir, server_round, cfg, strategy.state_dict(),
-                                   recorder.rows)
+                                   recorder.rows, run_uid=run_uid)
             log(INFO, "Checkpoint of round %d: %s", server_round, path)
 
     result = strategy.start(**run, round_end_fn=round_end)

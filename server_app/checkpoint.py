@@ -54,11 +54,15 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 def save_checkpoint(run_dir: Path, server_round: int, config: dict[str, Any],
-                    strategy_state: dict[str, Any], rows: list[dict[str, Any]]) -> Path:
-    """Write `run_dir/checkpoint.pt` atomically; returns its path."""
+                    strategy_state: dict[str, Any], rows: list[dict[str, Any]],
+                    run_uid: str | None = None) -> Path:
+    """Write `run_dir/checkpoint.pt` atomically; returns its path. `run_uid`: the run's own id
+    (results.json's 'run-uid'), which a resume holds against its folder's."""
     path = Path(run_dir) / CHECKPOINT_NAME
     payload = {"format": CHECKPOINT_FORMAT, "round": server_round, "config": dict(config),
                "strategy": strategy_state, "rng": rng_state(), "rows": [dict(r) for r in rows]}
+    if run_uid is not None:
+        payload["run-uid"] = run_uid
     buffer = io.BytesIO()
     torch.save(payload, buffer)
     data = buffer.getbuffer()
@@ -181,6 +185,30 @@ def check_resumable(saved: dict[str, Any], cfg: dict[str, Any], done_round: int)
             f"run config 'num-server-rounds' = {cfg['num-server-rounds']}: the checkpoint is at "
             f"round {done_round} already; set num-server-rounds above {done_round} to continue."
         )
+
+
+def check_owner(checkpoint: dict[str, Any], run_dir: Path, folder: dict[str, Any]) -> None:
+    """CheckpointError unless the checkpoint is the run of the folder it lies in: its run-name
+    (when it has one) is the folder's name and the folder's config.json's, and its run id is the
+    one the folder's results.json holds (`folder`: that results.json, {} when there is none).
+    A checkpoint copied into another run's folder would take that run over (its config.json,
+    its history) otherwise."""
+    saved = checkpoint.get("config", {}).get("run-name", "")
+    named = folder.get("config", {}).get("run-name", "") if isinstance(
+        folder.get("config"), dict) else ""
+    uid, folder_uid = checkpoint.get("run-uid"), folder.get("run-uid")
+    why = None
+    if saved and saved != run_dir.name:
+        why = f"it is run '{saved}''s, and the folder is '{run_dir.name}'"
+    elif named and saved != named:
+        why = f"it is run {saved!r}'s, and the folder's results.json is run {named!r}'s"
+    elif uid and folder_uid and uid != folder_uid:
+        why = f"its run id {uid} is not the folder's ({folder_uid}): another run's checkpoint"
+    if why:
+        raise CheckpointError(
+            f"checkpoint {run_dir / CHECKPOINT_NAME} does not belong to the run in {run_dir}: "
+            f"{why}. Resume a run from its own folder's checkpoint (a run's folder moved or "
+            "copied keeps its name); nothing was changed.")
 
 
 def resumed_run_name(cfg: dict[str, Any], saved: dict[str, Any], run_dir: Path) -> str:

@@ -88,13 +88,14 @@ def is_ours(err: BaseException) -> bool:
     from run_config import ConfigError, SetupError
     from strategies.client_state import ClientStateLost
     from strategies.nodes import NodeWaitTimeout
+    from strategies.round_loop import NothingLearned
     from strategies.state_check import ServerStateNotFinite
 
     from .checkpoint import CheckpointError
 
     return isinstance(err, (ConfigError, SettingError, SetupError, CheckpointError,
                             NodeWaitTimeout, DataSourceError, ServerStateNotFinite,
-                            ClientStateLost))
+                            ClientStateLost, NothingLearned))
 
 
 def one_line(err: BaseException) -> str:

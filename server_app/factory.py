@@ -34,6 +34,7 @@ def build_strategy(cfg: dict[str, Any], model: nn.Module, **fedavg_kwargs) -> Me
     return MethodStrategy(
         rule, nodes=nodes, client_state=client_state, lr=cfg["lr"], lr_decay=cfg["lr-decay"],
         min_train_clients=cfg["min-train-clients"], max_update_norm=cfg["max-update-norm"],
+        max_skipped_rounds=cfg["max-skipped-rounds"],
         update_norm_ratio=cfg["update-norm-ratio"], num_examples_ratio=cfg["num-examples-ratio"],
         update_clip_ratio=cfg["update-clip-ratio"], record_norm_ratio=cfg["record-norm-ratio"],
         # what the rule's reply records must hold

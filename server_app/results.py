@@ -17,6 +17,7 @@ import csv
 import io
 import json
 import math
+import uuid
 import os
 import time
 from datetime import datetime, timezone
@@ -47,8 +48,22 @@ def write_text_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def finite_only(obj: Any) -> Any:
+    """`obj` with every NaN or infinite float replaced by None (JSON's null): results.json is
+    strict JSON, which has no NaN or Infinity."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: finite_only(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite_only(v) for v in obj]
+    return obj
+
+
 def write_json_atomic(path: Path, obj: Any) -> None:
-    write_text_atomic(path, json.dumps(obj, indent=2, default=float))
+    text = json.dumps(finite_only(obj), indent=2, default=lambda v: finite_only(float(v)),
+                      allow_nan=False)
+    write_text_atomic(path, text)
 
 
 def now_iso() -> str:
@@ -136,15 +151,18 @@ def _mkdir(path: Path, key: str, value: str, parents: bool = False,
                       f"Choose another {key} (a folder you can create and write{example}).")
 
 
-def mark_running(run_dir: Path, cfg: dict[str, Any], flower_run_id: int | None) -> None:
+def mark_running(run_dir: Path, cfg: dict[str, Any], flower_run_id: int | None,
+                 run_uid: str | None = None) -> None:
     """results.json says "running" (not complete) from the moment the folder is the run's; a
-    resumed run keeps its rows and adds its Flower run id to the list."""
+    resumed run keeps its rows and adds its Flower run id to the list. `run_uid`: the run's own
+    id (a resumed run's checkpoint's; None: a new one), which its checkpoints carry."""
     old = read_results(run_dir) or {}
     ids = [i for i in old.get("flower-run-ids", []) if i != flower_run_id]
     old_summary = old.get("summary") if isinstance(old.get("summary"), dict) else {}
     from methods import untested_combinations  # (light: no torch)
 
     results = {"config": cfg, "status": "running", "error": None,
+               "run-uid": run_uid or uuid.uuid4().hex,
                "untested-combinations": untested_combinations(cfg),
                "flower-run-id": flower_run_id,
                "flower-run-ids": ids + ([flower_run_id] if flower_run_id is not None else []),

@@ -39,3 +39,17 @@ class ReplyMetric:
     low: float = float("-inf")
     high: float = float("inf")
     integer: bool = False
+
+
+# The numbers this project's ClientApp reports, and their ranges: a value outside its range (or
+# not a finite number) is left out of the round's metrics, the reply itself is kept
+# (`reply_screen.screen_metrics`). A metric not named here must be a finite number.
+REPORTED_METRICS = {
+    "train-loss": ReplyMetric(0.0, 1e6),  # cross-entropy: >= 0
+    "train-acc": ReplyMetric(0.0, 1.0),
+    "local-steps": ReplyMetric(0.0, 1e9, integer=True),
+    "train-seconds": ReplyMetric(0.0, 1e7),
+    "eval-loss": ReplyMetric(0.0, 1e6),
+    "eval-acc": ReplyMetric(0.0, 1.0),
+}
+

@@ -35,13 +35,13 @@ from logging import WARNING
 from typing import Any
 
 import torch
-from flwr.app import ArrayRecord, Message, RecordDict
+from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
 from flwr.common import log
 
 from models.wire import state_view
 
 from .blocks import PreparedMean, ScaledUpdate, norms_and_sum
-from .records import FLOATS, PARAMETERS, ReplyMetric, UpRecord
+from .records import FLOATS, PARAMETERS, REPORTED_METRICS, ReplyMetric, UpRecord
 from .server_update import float_keys
 
 State = dict[str, torch.Tensor]
@@ -163,6 +163,49 @@ def check_metric(metrics, name: str, spec: ReplyMetric) -> None:
         raise BadUpdate("malformed", f"metric '{name}' = {v!r}, expected a finite "
                         f"{'whole ' if spec.integer else ''}number in [{spec.low:g}, "
                         f"{spec.high:g}] (the server rule reads it)")
+
+
+def screen_metrics(server_round: int, replies: Sequence[tuple[Message, float]],
+                   weight_key: str, describe: Callable[[int], str],
+                   declared: Mapping[str, ReplyMetric] = REPORTED_METRICS) -> list[RecordDict]:
+    """The replies' metrics as the round's metrics may use them: of each (reply, weight), its
+    MetricRecord's numbers that are finite and in their declared range (`records.
+    REPORTED_METRICS`; others finite), with `weight_key` set to the screened weight (a claim
+    already capped by `limit_influence`; all 1 where every weight is 0, so that the mean is
+    defined). A value left out is logged with the node and the key;
+    the reply's model is not affected. Lists of numbers and strings are left out too."""
+    out, left_out = [], []
+    for msg, weight in replies:
+        records = list(msg.content.metric_records.values())
+        kept: dict[str, float | int] = {}
+        for key, value in (records[0].items() if len(records) == 1 else ()):
+            spec = declared.get(key, ReplyMetric())
+            if key == weight_key:
+                continue
+            if is_number(value) and spec.low <= value <= spec.high and (
+                    not spec.integer or float(value).is_integer()):
+                kept[key] = value
+            else:
+                left_out.append(key)
+                log(WARNING, "round %d: %s reported %s = %r: left out of the round's metrics "
+                    "(expected a finite number in [%g, %g])", server_round,
+                    describe(msg.metadata.src_node_id), key, value, spec.low, spec.high)
+        kept[weight_key] = float(weight)
+        out.append(kept)
+    if out and not any(m[weight_key] > 0 for m in out):  # every claim 0: an unweighted mean
+        for m in out:
+            m[weight_key] = 1.0
+    # A weighted mean over all replies counts every reply's weight: a value left out is filled
+    # with the weighted mean of the others', so that the round's value is theirs alone.
+    for key in set(left_out):
+        good = [(m[key], m[weight_key]) for m in out if key in m]
+        total = sum(w for _, w in good)
+        for m in out:
+            if key not in m and good:
+                m[key] = sum(v * w for v, w in good) / total if total else good[0][0]
+            elif not good:
+                m.pop(key, None)
+    return [RecordDict({"metrics": MetricRecord(m)}) for m in out]
 
 
 def check_reply(content: RecordDict, phi: State, weight_key: str,

@@ -110,10 +110,23 @@ def multikrum_select(flat: torch.Tensor, num_malicious: int, count: int) -> list
 
 def too_few(cfg: RobustConfig, n: int) -> str | None:
     """Why `n` updates are too few for the rule (the round is then skipped), or None."""
-    if cfg.aggregator == "bulyan" and n < 4 * cfg.num_malicious + 3:
-        return f"bulyan with num-malicious = {cfg.num_malicious} needs at least " \
-               f"{4 * cfg.num_malicious + 3} good replies, got {n}"
+    need = replies_needed(cfg.aggregator, cfg.num_malicious, cfg.multikrum_select)
+    if n < need:
+        return f"{cfg.aggregator} with num-malicious = {cfg.num_malicious} needs at least " \
+               f"{need} good replies, got {n}"
     return None
+
+
+def replies_needed(aggregator: str, num_malicious: int, multikrum_select: int = 0) -> int:
+    """The fewest replies a round needs for the rule with f = num_malicious: Bulyan 4f + 3;
+    Krum and Multi-Krum f + 3 where f > 0 (a score sums the n - f - 2 closest distances: at
+    least one), and Multi-Krum at least the updates it averages; 1 otherwise."""
+    f = num_malicious
+    if aggregator == "bulyan":
+        return 4 * f + 3
+    if aggregator in ("krum", "multikrum"):
+        return max(f + 3 if f > 0 else 1, multikrum_select if aggregator == "multikrum" else 1)
+    return 1
 
 
 def bulyan(phi: State, models: Sequence[State], num_malicious: int) -> State:

@@ -199,6 +199,7 @@ class Method(MethodStrategy):
                               node_wait_timeout=cfg["node-wait-timeout"],
                               identify_nodes=identify_nodes, sampling=rule.sampling),
             lr=cfg["lr"], lr_decay=cfg["lr-decay"], min_train_clients=cfg["min-train-clients"],
+            max_skipped_rounds=cfg["max-skipped-rounds"],
             max_update_norm=cfg["max-update-norm"], update_norm_ratio=cfg["update-norm-ratio"],
             num_examples_ratio=cfg["num-examples-ratio"],
             update_clip_ratio=cfg["update-clip-ratio"], record_norm_ratio=cfg["record-norm-ratio"],

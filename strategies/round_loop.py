@@ -25,7 +25,8 @@ from flwr.serverapp.strategy.strategy_utils import log_strategy_start_info
 from models.wire import state_view
 
 from .nodes import Nodes
-from server_math.reply_screen import claim_bound, limit_influence, screen_replies, short_reason
+from server_math.reply_screen import (claim_bound, limit_influence, screen_metrics,
+                                      screen_replies, short_reason)
 from .state_check import check_server_state
 
 
@@ -38,6 +39,11 @@ def safe_metrics(aggr_fn, contents: list[RecordDict], weight_key: str) -> Metric
     except Exception as err:  # metrics are informational: never let them stop a run
         log(WARNING, "client metrics not aggregated: %s: %s", type(err).__name__, err)
         return MetricRecord()
+
+
+class NothingLearned(RuntimeError):
+    """The run stops: `max_skipped_rounds` rounds in a row aggregated no reply, or no round did
+    (docs/results.md#runs-that-learn-nothing)."""
 
 
 class RoundConfig:
@@ -62,7 +68,7 @@ class MethodStrategy(RoundConfig, FedAvg):
                  update_norm_ratio: float = 10.0, num_examples_ratio: float = 10.0,
                  update_clip_ratio: float = 0.0, record_norm_ratio: float = 0.0,
                  up_records: Mapping | None = None, client_state=None, uplink=None,
-                 **fedavg_kwargs) -> None:
+                 max_skipped_rounds: int = 0, **fedavg_kwargs) -> None:
         fedavg_kwargs.setdefault("min_available_nodes", fedavg_kwargs.get("min_train_nodes", 2))
         super().__init__(**fedavg_kwargs)
         self.rule = rule
@@ -70,6 +76,9 @@ class MethodStrategy(RoundConfig, FedAvg):
                                     sampling=rule.sampling)
         self.lr, self.lr_decay = lr, lr_decay
         self.min_train_clients = min_train_clients
+        # rounds in a row without an update that stop the run (NothingLearned); 0 = never
+        self.max_skipped_rounds = max_skipped_rounds
+        self.last_skip = ""  # why the last skipped round was skipped
         self.max_update_norm = max_update_norm
         self.influence = (update_norm_ratio, num_examples_ratio)  # reply_screen.limit_influence
         # The largest client partition the server computed (server_app, num-examples-check): no
@@ -150,6 +159,7 @@ class MethodStrategy(RoundConfig, FedAvg):
         else:  # (a checkpoint written before the state was checked may hold NaN)
             self.check_state(f"in the checkpoint of round {first_round - 1}")
         arrays = result.arrays = self._theta_record
+        skipped_in_a_row = aggregated = 0
 
         for server_round in range(first_round, num_rounds + 1):
             log(INFO, "")
@@ -161,6 +171,10 @@ class MethodStrategy(RoundConfig, FedAvg):
             if agg_arrays is not None:
                 self.check_state(f"after the update of round {server_round}")
                 result.arrays = arrays = agg_arrays
+                skipped_in_a_row, aggregated = 0, aggregated + 1
+            elif self.fraction_train > 0:
+                skipped_in_a_row += 1
+                self._stop_if_nothing_moves(server_round, skipped_in_a_row)
             if train_metrics is not None:
                 log(INFO, "\t└──> Aggregated MetricRecord: %s", train_metrics)
                 result.train_metrics_clientapp[server_round] = train_metrics
@@ -179,9 +193,27 @@ class MethodStrategy(RoundConfig, FedAvg):
                     result.evaluate_metrics_serverapp[server_round] = res
             if round_end_fn:
                 round_end_fn(server_round, arrays)
+        if aggregated == 0 and first_round <= num_rounds and self.fraction_train > 0:
+            raise NothingLearned(
+                f"no round of {first_round}-{num_rounds} aggregated a reply (the last: "
+                f"{self.last_skip}): the model is the one the run started from. "
+                + self._skip_hint())
         log(INFO, "")
         log(INFO, "Strategy execution finished in %.2fs", time.time() - t_start)
         return result
+
+    def _stop_if_nothing_moves(self, server_round: int, skipped_in_a_row: int) -> None:
+        if self.max_skipped_rounds and skipped_in_a_row >= self.max_skipped_rounds:
+            raise NothingLearned(
+                f"{skipped_in_a_row} rounds in a row ({server_round - skipped_in_a_row + 1}-"
+                f"{server_round}) aggregated no reply (the last: {self.last_skip}): the model "
+                f"stopped moving (max-skipped-rounds = {self.max_skipped_rounds}). "
+                + self._skip_hint())
+
+    def _skip_hint(self) -> str:
+        return ("The log says why each reply was left out: replies that are all non-finite or "
+                "dropped point to settings that make the local update diverge (lr, beta, "
+                "alpha, ...); errors and timeouts to the clients.")
 
     def check_state(self, when: str) -> None:
         """Stop the run (ServerStateNotFinite) when theta or the rule's state holds NaN or Inf:
@@ -264,6 +296,8 @@ class MethodStrategy(RoundConfig, FedAvg):
             finally:
                 self.rule.prepared_mean = None
         if skip is not None:
+            self.last_skip = (f"round {server_round}: {skip}; {counts['errors']} errors, "
+                              f"{counts['timeouts']} timeouts, {counts['dropped']} dropped")
             log(WARNING, "round %d skipped (%s): the model and the server state are unchanged",
                 server_round, skip)
             metrics = MetricRecord({**counts, "skipped": 1})
@@ -273,8 +307,9 @@ class MethodStrategy(RoundConfig, FedAvg):
         self._theta_record = arrays
         if self.client_state:
             self.client_state.accept(server_round, screened.good, self._sent)
-        metrics = safe_metrics(self.train_metrics_aggr_fn,
-                               [msg.content for msg, _, _ in screened.good], self.weighted_by_key)
+        reported = screen_metrics(server_round, [(msg, n) for msg, _, n in screened.good],
+                                  self.weighted_by_key, self.nodes.describe)
+        metrics = safe_metrics(self.train_metrics_aggr_fn, reported, self.weighted_by_key)
         for k, v in {**counts, "skipped": 0}.items():
             metrics[k] = v
         if self.round_metrics_fn:
@@ -331,7 +366,8 @@ class MethodStrategy(RoundConfig, FedAvg):
                 log(WARNING, "round %d: dropped the evaluation reply of %s: expected one "
                     "MetricRecord with '%s' >= 0", server_round, node, self.weighted_by_key)
                 continue
-            good.append(msg.content)
+            good.append((msg, min(n, self.max_num_examples) if self.max_num_examples else n))
         if not good:
             return None
-        return safe_metrics(self.evaluate_metrics_aggr_fn, good, self.weighted_by_key)
+        reported = screen_metrics(server_round, good, self.weighted_by_key, self.nodes.describe)
+        return safe_metrics(self.evaluate_metrics_aggr_fn, reported, self.weighted_by_key)

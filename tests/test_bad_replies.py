@@ -11,6 +11,7 @@ from flwr.app import ArrayRecord, Context, Error, Message, MetricRecord, RecordD
 import server_app.app as server
 from fakegrid import FakeGrid, client_app_handler
 from server_math.reply_screen import BadUpdate, check_norms, check_reply, update_norm
+from run_config import resolve
 from strategy_helpers import LookaheadFedAvg, random_state, reply
 
 SIZES = [10, 30, 25, 5]
@@ -74,12 +75,13 @@ def handler_with(bad_node: int | None, kind: str | None, rounds_bad=(1, 2, 3)):
     return handler
 
 
-def run_strategy(num_nodes, handler, rounds=3, **kw):
-    """FedACG-style strategy over every node; theta, m and round metrics after each round."""
+def run_strategy(num_nodes, handler, rounds=3, out=None, **kw):
+    """FedACG-style strategy over every node; theta, m and round metrics after each round (into
+    `out`, a ([], {}) pair, when given: they are kept if the run raises)."""
     strategy = LookaheadFedAvg(lam=0.5, eta=1.0, lookahead=True, fraction_train=1.0,
                                min_train_nodes=num_nodes, fraction_evaluate=0.0,
                                max_update_norm=100.0, **kw)
-    states, metrics = [], {}
+    states, metrics = out if out is not None else ([], {})
     strategy.round_metrics_fn = lambda r, m: metrics.__setitem__(r, dict(m))
     strategy.start(grid=FakeGrid(num_nodes, handler), initial_arrays=ArrayRecord(random_state(99)),
                    num_rounds=rounds,
@@ -132,7 +134,14 @@ def test_too_few_good_replies_skip_the_round_with_theta_and_m_unchanged():
 
 
 def test_a_round_without_any_reply_is_skipped():
-    states, metrics = run_strategy(2, lambda i, msg: None, rounds=2)
+    """Each round is skipped, the state unchanged; a run that aggregated no round fails at its
+    end (docs/results.md#runs-that-learn-nothing)."""
+    from strategies.round_loop import NothingLearned
+
+    states, metrics = [], {}
+    with pytest.raises(NothingLearned, match=r"no round of 1-2 aggregated a reply \(the last: "
+                       r"round 2: 0 good replies, min-train-clients = 1; 0 errors, 2 timeouts"):
+        run_strategy(2, lambda i, msg: None, rounds=2, out=(states, metrics))
     assert metrics[1] == {"replies": 0, "errors": 0, "timeouts": 2, "dropped": 0, "skipped": 1}
     init = random_state(99)
     assert all(torch.equal(states[1]["theta"][k], init[k]) for k in init)
@@ -221,9 +230,21 @@ def test_a_metric_the_rule_reads_is_screened(steps):
     if steps is not None:
         content["metrics"]["local-steps"] = steps
     with pytest.raises(BadUpdate, match="metric 'local-steps' = .*, expected a finite whole "
-                       "number in \\[0, inf\\]") as err:
+                       "number in \\[0, 1e\\+09\\]") as err:
         check_update(content, phi, "num-examples", metrics=FedCMRule.up_metrics)
     assert err.value.reason == "malformed"
     for good in (0, 3, 3.0):
         content["metrics"]["local-steps"] = good
         check_update(content, phi, "num-examples", metrics=FedCMRule.up_metrics)
+    # 1e15 steps (which made Delta ~0) are out of range; with local-iterations set, more than
+    # that many steps are (every honest client takes exactly that many)
+    content["metrics"]["local-steps"] = 1e15
+    with pytest.raises(BadUpdate, match="'local-steps' = 1000000000000000.0, "):
+        check_update(content, phi, "num-examples", metrics=FedCMRule.up_metrics)
+    from models import build_model
+
+    rule = FedCMRule(resolve({"method": "fedcm", "local-iterations": 5}),
+                     build_model("mlp", (1, 8, 8), 10))
+    content["metrics"]["local-steps"] = 6
+    with pytest.raises(BadUpdate, match=r"'local-steps' = 6, .* in \[0, 5\]"):
+        check_update(content, phi, "num-examples", metrics=rule.up_metrics)

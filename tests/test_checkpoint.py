@@ -113,9 +113,10 @@ def test_extending_a_finished_run(tmp_path, reference):
 
 def test_a_conflicting_config_is_refused(tmp_path, reference):
     ref_dir, _ = reference
-    (tmp_path / "old").mkdir()
-    resume = str(tmp_path / "old" / "checkpoint.pt")
-    (tmp_path / "old" / "checkpoint.pt").write_bytes((ref_dir / "checkpoint.pt").read_bytes())
+    (tmp_path / "copy" / "run").mkdir(parents=True)  # a copy of the run, in a folder of its name
+    resume = str(tmp_path / "copy" / "run" / "checkpoint.pt")
+    (tmp_path / "copy" / "run" / "checkpoint.pt").write_bytes(
+        (ref_dir / "checkpoint.pt").read_bytes())
     with pytest.raises(ConfigError, match=r"'lr' = 0.1 \(checkpoint: 0.05\)") as err:
         run(tmp_path, list(range(8)), resume=resume, lr=0.1, **{"num-server-rounds": 8})
     assert "'lam'" not in str(err.value)

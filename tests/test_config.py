@@ -41,7 +41,7 @@ def test_uncoerced_values_are_accepted():
     ({"lam": 1.0}, ["'lam'", "out of range", "[0, 1)"]),
     ({"lam": 1.5}, ["'lam'", "out of range"]),
     ({"lam": "high"}, ["'lam'", "expected float", "'preset'"]),
-    ({"beta": -0.1}, ["'beta'", "out of range", "[0, inf)"]),
+    ({"beta": -0.1}, ["'beta'", "out of range", "[0, 10000]"]),
     ({"gc-borderline": 0.0}, ["'gc-borderline'", "(0, 1]", "'classifier'"]),
     ({"gc-borderline": 1.5}, ["'gc-borderline'", "out of range"]),
     ({"gc-borderline": "last"}, ["'gc-borderline'", "'classifier'"]),

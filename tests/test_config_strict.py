@@ -22,13 +22,22 @@ def test_every_key_refuses_a_wrong_type_and_out_of_range_values(key):
         with pytest.raises(ConfigError, match=f"'{key.name}'.*out of range"):
             resolve({key.name: key.kind(below)})
     if key.high is not None:
-        above = key.high if key.high_open else key.high + 1
+        above = key.high if key.high_open else (
+            key.high + 1 if key.kind is int else math.nextafter(key.high, math.inf))
         with pytest.raises(ConfigError, match=f"'{key.name}'.*out of range"):
             resolve({key.name: key.kind(above)})
     if key.kind is float:
         for value in (math.nan, math.inf, -math.inf):
             with pytest.raises(ConfigError, match=f"'{key.name}'.*finite"):
                 resolve({key.name: value})
+
+
+def test_every_numeric_key_has_a_finite_range():
+    """No numeric key takes values no run can use (lr=1e30, beta=1e308, rounds=1e30 passed the
+    check and ended as runs that learned nothing): each has a finite upper bound."""
+    unbounded = [k.name for k in KEYS if k.kind in (int, float)
+                 and (k.low is None or k.high is None or not math.isfinite(k.high))]
+    assert unbounded == []
 
 
 @pytest.mark.parametrize("bad,words", [

@@ -13,6 +13,7 @@ from models.centralization import ModelLayout, find_classifier
 from run_config import resolve
 from server_app.factory import build_strategy
 from strategies import FedACG, FedACGGCFed, FedAGM, GCFed, Method
+from strategies.round_loop import NothingLearned
 from strategy_helpers import deltas, random_state
 
 SIZES = [10, 30, 25, 5]
@@ -235,7 +236,8 @@ def test_lr_set_by_the_strategy_decays_and_reaches_the_rules():
     assert {c["method.lr"] for c in configs} == {0.2}
     # without lr=..., a rule that needs it reads train_config's (SCAFFOLD: its clients' K lr)
     strategy = Method("scaffold", min_train_nodes=2, fraction_evaluate=0.0)
-    run(strategy, handler, init, nodes=2, rounds=1, train_config=ConfigRecord({"lr": 0.03}))
+    with pytest.raises(NothingLearned):  # (these replies lack SCAFFOLD's record: dropped)
+        run(strategy, handler, init, nodes=2, rounds=1, train_config=ConfigRecord({"lr": 0.03}))
     assert strategy.rule.cfg["lr"] == 0.03 and configs[-1]["method.lr"] == 0.03
 
 
