@@ -45,20 +45,33 @@ def _model(name: str, in_shape: tuple, num_classes: int, gn_groups: int, device:
     return build_model(name, in_shape, num_classes, gn_groups).to(device)
 
 
+def own_data_path(context: Context) -> str | None:
+    """The node's own data folder (node config `data-path`), or None: a partition of the
+    configured dataset (docs/deployment.md#own-data)."""
+    path = context.node_config.get("data-path")
+    return str(path) if path else None
+
+
 def partition_of(context: Context) -> tuple[int, int]:
+    """The node's client id among N: `partition-id` / `num-partitions`, or with its own data
+    `client-id` / `num-clients` (they then name the node, for sampling and per-client state;
+    its data is its folder)."""
+    node = context.node_config
+    own = own_data_path(context) is not None and "client-id" in node
+    keys = ("client-id", "num-clients") if own else ("partition-id", "num-partitions")
     try:
-        return int(context.node_config["partition-id"]), int(context.node_config["num-partitions"])
+        return int(node[keys[0]]), int(node[keys[1]])
     except KeyError as err:
-        raise KeyError(
-            f"node config lacks {err}: start the SuperNode with "
-            "--node-config \"partition-id=<i> num-partitions=<n>\""
-        ) from None
+        hint = ("client-id=<i> num-clients=<N> data-path='<folder>'" if own_data_path(context)
+                else "partition-id=<i> num-partitions=<n>")
+        raise KeyError(f"node config lacks {err}: start the SuperNode with --node-config "
+                       f"\"{hint}\"") from None
 
 
 def data_partition_of(msg: Message, context: Context) -> tuple[int, int]:
     """The partition to use: the one the server names (dynamic clients), else the node's own."""
     config = msg.content.config_records.get("config")
-    if config is not None and "partition-id" in config:
+    if config is not None and "partition-id" in config and own_data_path(context) is None:
         return int(config["partition-id"]), int(config["num-partitions"])
     return partition_of(context)
 
@@ -86,7 +99,13 @@ def setup(msg: Message, context: Context):
     """Resolved config, this node's data, and the model holding the broadcast weights."""
     cfg = settings(context.run_config).cfg
     pid, nparts = data_partition_of(msg, context)
-    data = load_prepared_partition(cfg, pid, nparts, cache_dir(context.node_config))
+    path = own_data_path(context)
+    if path is not None:  # the node's own folder, whole (no partitioner)
+        from feddata.own_data import prepared_own_data
+
+        data = prepared_own_data(cfg, path)
+    else:
+        data = load_prepared_partition(cfg, pid, nparts, cache_dir(context.node_config))
     device = pick_device(cfg["device"])
     model = _model(cfg["model"], data.in_shape, data.num_classes, cfg["gn-groups"], str(device))
     state = state_view(msg.content["arrays"])  # views of the message bytes: copied once, below
@@ -97,9 +116,15 @@ def setup(msg: Message, context: Context):
 @app.train()
 def train(msg: Message, context: Context) -> Message:
     check_train_config(msg.content["config"])  # fail now, not loop for ever on a bad broadcast
+    client = settings(context.run_config)
+    sized = [p.name for p in client.parts if p.uses_partition_sizes]
+    if sized and own_data_path(context) is not None:
+        raise ValueError(f"client part(s) {sized} weigh each client by the sizes of every "
+                         "client's partition, which a node with its own data (data-path) cannot "
+                         "know: choose another method (SCAFFOLD, FedDyn, FedACG, ...) for a "
+                         "deployment on own data")
     cfg, pid, data, model, device = setup(msg, context)
     c = msg.content["config"]  # only what changes per round: lr, server-round
-    client = settings(context.run_config)
     local = client.local_config(model, float(c["lr"]))
     server_round = int(c["server-round"])
     # Same seed, round and partition -> the same mini-batches in every process.

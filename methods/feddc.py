@@ -75,6 +75,7 @@ class DriftCorrection(ClientPart):
     up = UP
     client_state = True
     untested = {"local-gc": UNTESTED_GC}
+    uses_partition_sizes = True  # om_i and the authors' K
 
     def __init__(self, cfg) -> None:
         super().__init__(cfg)

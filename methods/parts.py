@@ -65,6 +65,9 @@ class ClientPart:
     untested: ClassVar[dict[str, str]] = {}
     # The models (run config 'model') it can train; empty = any.
     models: ClassVar[tuple[str, ...]] = ()
+    # Reads the sizes of every client's partition (FedDC's om_i): a node training on its own
+    # data (node config data-path) cannot know them, and refuses it (docs/deployment.md).
+    uses_partition_sizes: ClassVar[bool] = False
 
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
