@@ -44,9 +44,7 @@ def check(run_config: Mapping[str, Any], num_supernodes: int | None = None,
 
 def check_federation(cfg: Mapping[str, Any], num_supernodes: int) -> None:
     """ConfigError when `num_supernodes` nodes are fewer than a round samples, or than the
-    robust aggregator needs in a round (the ServerApp runs this too, with the nodes connected)."""
-    from server_math.robust import replies_needed
-
+    robust aggregator needs in a round (the ServerApp runs the latter too, in simulation)."""
     needed = nodes_needed(cfg, num_supernodes)
     if num_supernodes < needed:
         raise ConfigError(
@@ -55,6 +53,14 @@ def check_federation(cfg: Mapping[str, Any], num_supernodes: int) -> None:
             + (f", min-evaluate-nodes = {cfg['min-evaluate-nodes']}"
                if cfg["fraction-evaluate"] > 0 else "")
             + "): raise num-supernodes or lower min-train-nodes / min-evaluate-nodes.")
+    check_robust(cfg, num_supernodes)
+
+
+def check_robust(cfg: Mapping[str, Any], num_supernodes: int) -> None:
+    """ConfigError when a round of `num_supernodes` nodes samples fewer than the robust
+    aggregator needs (Krum, Multi-Krum, Bulyan with num-malicious f)."""
+    from server_math.robust import replies_needed
+
     sampled = max(int(num_supernodes * cfg["fraction-train"]), cfg["min-train-nodes"])
     need = replies_needed(cfg["robust-aggregator"], cfg["num-malicious"], cfg["multikrum-select"])
     if sampled < need:

@@ -20,7 +20,7 @@ from feddata import load_test_data, spec_of
 from feddata.summary import format_summary, partition_summary
 from models import build_model
 from run_config import load_setup, resolve
-from run_config.check import check_federation
+from run_config.check import check_robust
 
 from reporting.tracking import build_trackers
 from server_math import block_kernel
@@ -135,7 +135,7 @@ def run_server(grid: Grid, context: Context, where: dict) -> None:
 
     simulation = getattr(grid, "fixed_size", False) or is_simulation(grid)
     if simulation and partitions:  # the federation's size is known: what it decides
-        check_federation(cfg, partitions["clients"])
+        check_robust(cfg, partitions["clients"])
     if cfg["precision"] == "amp" and simulation and not torch.cuda.is_available():
         log(WARNING, "precision = 'amp' needs a CUDA GPU and none is visible here: simulated "
             "clients without one refuse to train (precision = 'auto' trains in fp32 there).")

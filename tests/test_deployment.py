@@ -232,3 +232,54 @@ def test_tls_authenticated_deployment_runs_fedacg(deployment, tmp_path):
     assert not (tmp_path / "unused").exists()
     print(f"\ndeployment on loopback: wall {wall:.1f} s, round seconds "
           f"{[round(r['seconds'], 2) for r in rows[1:]]}")
+
+
+@pytest.mark.long
+def test_own_data_deployment_fedacg_and_scaffold_learn(deployment, tmp_path):
+    """Four registered SuperNodes on loopback (TLS, node authentication, the fleet proxy), each
+    with only its own folder (node config data-path): three disjoint label-skewed digits folders
+    (save_to_disk twice, the hub's parquet layout once) and one empty folder. FedACG and SCAFFOLD
+    (per-client state keyed by the node's client id) learn from the three; the fourth node's
+    reply is an error naming its folder in every round, and both runs complete."""
+    from datasets import load_from_disk
+
+    from feddata.__main__ import demo_folders
+
+    procs, creds, port, user = deployment
+    conn, py = "secure", sys.executable
+    names = [f"own-{i}" for i in range(4)]
+    out = run([py, str(DEPLOY / "credentials.py"), "node-key", "--out", str(creds), *names],
+              os.environ)
+    assert out.returncode == 0, out.stderr
+    out = run(["sh", str(DEPLOY / "register-supernodes.sh"), conn,
+               *[str(creds / f"{n}.pub") for n in names]], user)
+    assert out.returncode == 0, out.stdout + out.stderr
+    folders = demo_folders(str(tmp_path / "data"), 3)
+    parquet = tmp_path / "data" / "node-2-parquet"  # the same examples in the hub's layout
+    (parquet / "data").mkdir(parents=True)
+    load_from_disk(str(folders[2])).to_parquet(
+        str(parquet / "data" / "train-00000-of-00001.parquet"))
+    empty = tmp_path / "data" / "empty"
+    empty.mkdir()
+    for i, folder in enumerate([folders[0], folders[1], parquet, empty]):
+        procs.start(names[i], [
+            "bash", str(DEPLOY / "supernode.sh"), f"127.0.0.1:{port}", str(creds / "ca.crt"),
+            str(creds / names[i]), str(i), "4", str(free_port())],
+            {**user, "NODE_CONFIG_EXTRA": f"data-path='{folder}'",
+             "FEDACG_CACHE_DIR": str(tmp_path / "cache"),
+             "FLWR_HOME": str(tmp_path / f"{names[i]}-home")})
+    wait_until(lambda: list(node_ids(user, conn).values()).count("online") >= 4, 90,
+               "the four own-data SuperNodes online")
+    runs = tmp_path / "runs"
+    for method in ("fedacg", "scaffold"):
+        out = run(["flwr", "run", ".", conn, "--stream", "--run-config",
+                   f"method='{method}' num-server-rounds=4 fraction-train=1.0 min-train-nodes=3 "
+                   f"local-iterations=10 model='mlp' out-dir='{runs}' run-name='{method}'"],
+                  user, timeout=600, cwd=ROOT)
+        assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+        results = json.loads((runs / method / "results.json").read_text())
+        rows = results["rounds"]
+        assert results["status"] == "complete", results.get("error")
+        assert all(r["train-replies"] == 3 and r["train-errors"] == 1 for r in rows[1:]), rows
+        assert results["summary"]["final-test-acc"] > 0.5, (method, results["summary"])
+        assert f"data-path '{empty}' is empty" in out.stdout + out.stderr, out.stdout[-4000:]

@@ -8,6 +8,7 @@ import torch
 from flwr.app import ArrayRecord, MetricRecord
 
 import fakegrid
+from strategies.round_loop import NothingLearned
 from pins_helpers import (broadcast_of, config_of, error_reply, is_evaluate, is_query, is_train,
                           lookahead_strategy, make_reply, metrics_reply, node_wait_timeout_error,
                           partition_reply, run_strategy, run_strategy_result,
@@ -125,16 +126,22 @@ def test_zero_examples_skip_an_examples_weighted_round_but_not_a_uniform_one():
     for aggregation in ("examples", "uniform"):
         strategy = lookahead_strategy(fraction_train=1.0, min_train_nodes=2,
                                       aggregation=aggregation)
+        seen = []
+        strategy.round_metrics_fn = lambda r, m: seen.append(dict(m))
+        if aggregation == "examples":  # no weights to take: the round is skipped, theta kept,
+            with pytest.raises(NothingLearned):  # and a run that aggregated nothing fails
+                run_strategy_result(strategy, answering(models, [0, 0]), init, rounds=1,
+                                    num_nodes=2)
+            theta = dict(strategy.rule.theta)
+            assert all(torch.equal(theta[k], init[k]) for k in init)
+            assert seen[0]["skipped"] == 1
+            continue
         result = run_strategy_result(strategy, answering(models, [0, 0]), init, rounds=1,
                                      num_nodes=2)
         theta = dict(result.arrays.to_torch_state_dict())
-        if aggregation == "examples":  # no weights to take: the round is skipped, theta kept
-            assert all(torch.equal(theta[k], init[k]) for k in init)
-            assert result.train_metrics_clientapp[1]["skipped"] == 1
-        else:
-            assert all(torch.allclose(theta[k], (models[0][k] + models[1][k]) / 2, atol=1e-6)
-                       for k in init)
-            assert result.train_metrics_clientapp[1]["skipped"] == 0
+        assert all(torch.allclose(theta[k], (models[0][k] + models[1][k]) / 2, atol=1e-6)
+                   for k in init)
+        assert result.train_metrics_clientapp[1]["skipped"] == 0
 
 
 def test_result_holds_every_rounds_metrics_and_round_zero_evaluation():
@@ -236,9 +243,13 @@ def test_reply_screening_settings_reach_every_strategy(method):
             {"method": method, "fraction-train": 1.0, "min-train-nodes": 2,
              "max-update-norm": 1.0, "min-train-clients": min_clients},
             model=torch.nn.Linear(2, 3, bias=False))
-        result = run_strategy_result(strategy, answering(models, [1, 1]), init, rounds=1,
-                                     num_nodes=2)
-        metrics = result.train_metrics_clientapp[1]
+        seen = []
+        strategy.round_metrics_fn = lambda r, m: seen.append(dict(m))
+        try:
+            run_strategy_result(strategy, answering(models, [1, 1]), init, rounds=1, num_nodes=2)
+        except NothingLearned:  # (the skipped round was the run's only one)
+            assert skipped
+        metrics = seen[0]
         assert (metrics["dropped"], metrics["dropped-norm"], metrics["skipped"]) == \
             (1, 1, skipped), metrics
 
