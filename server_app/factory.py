@@ -10,9 +10,9 @@ from torch import nn
 import methods
 from feddata.population import ClientPopulation
 from methods.registry import parse_objective
+from server_math.reply_screen import record_layouts
 from strategies.client_state import ClientStateRounds
 from strategies.nodes import Nodes
-from server_math.reply_screen import record_layouts
 from strategies.round_loop import MethodStrategy
 
 

@@ -29,9 +29,9 @@ from models.centralization import ModelLayout
 from run_config import ConfigError, resolve
 from run_config.schema import KEYS_BY_NAME
 from run_config.topics import TOPICS
+from server_math.reply_screen import record_layouts
 
 from .nodes import Nodes
-from server_math.reply_screen import record_layouts
 from .round_loop import MethodStrategy
 
 PREFIX = methods.parts.CONFIG_PREFIX  # the train config's keys that carry the method

@@ -23,10 +23,10 @@ from flwr.serverapp.strategy import FedAvg, Result
 from flwr.serverapp.strategy.strategy_utils import log_strategy_start_info
 
 from models.wire import state_view
-
-from .nodes import Nodes
 from server_math.reply_screen import (claim_bound, limit_influence, screen_metrics,
                                       screen_replies, short_reason)
+
+from .nodes import Nodes
 from .state_check import check_server_state
 
 
