@@ -193,7 +193,7 @@ def _node(i: int, n: int) -> str:
       - --auth-supernode-private-key=/credentials/supernode.key
       - --superexec-auth-secret-file=/credentials/superexec.secret
       - --isolation=process
-      - --node-config=partition-id={i} num-partitions={n}
+      - --node-config=partition-id={i} num-partitions={n} data-path='/data'
       - --host=${{BIND_HOST:-0.0.0.0}}
       - --port={port}
     volumes:
@@ -217,6 +217,8 @@ def _node(i: int, n: int) -> str:
       OMP_NUM_THREADS: ${{CLIENT_THREADS:-1}}
     volumes:
       - ${{CREDENTIALS_DIR:-./credentials}}/superexec.secret:/credentials/superexec.secret:ro
+      # node {i}'s own data, read-only, in its ClientApp's container only (docs/deployment.md)
+      - ${{NODE_DATA_DIR:-./node-data}}/node-{i}:/data:ro
     networks: [fleet]
     restart: on-failure
     depends_on:

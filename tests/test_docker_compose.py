@@ -9,6 +9,8 @@ compose networks, the SuperLink and the fleet proxy published on the host's 127.
 free ports. Checked: from the nodes' side (inside a SuperNode container, and through the fleet
 proxy's published port) the SuperLink itself cannot be reached and node registration, `flwr ls`
 and run submission are refused (403); from the operator's side they work and a run trains.
+Each node trains on its own folder (disjoint label-skewed digits), which only its ClientApp's
+container sees, read-only.
 It skips, printing why, only where no engine can be started.
 """
 
@@ -109,9 +111,14 @@ def test_compose_demo_runs_two_rounds(tmp_path):
         phases["base image"] = time.monotonic() - t
 
         creds = tmp_path / "credentials"
+        node_data = tmp_path / "node-data"  # each node's own folder (docs/deployment.md)
+        out = run([sys.executable, "-m", "feddata", "demo-folders", str(node_data), "--nodes",
+                   str(NODES)], os.environ, cwd=ROOT)
+        assert out.returncode == 0, out.stderr
         env = {
             **os.environ,
             "CREDENTIALS_DIR": str(creds),
+            "NODE_DATA_DIR": str(node_data),
             "FEDACG_IMAGE_TAG": f"test-{key}",
             "SUPERLINK_BASE_IMAGE": base, "SUPERNODE_BASE_IMAGE": base,
             "SUPEREXEC_BASE_IMAGE": base,
@@ -172,6 +179,19 @@ def test_compose_demo_runs_two_rounds(tmp_path):
         assert out.returncode == 0 and out.stdout.split() == [
             "superlink-unnamed", "superlink-unreachable", "health-200", "control-403"], (
             out.stdout + out.stderr)
+        # each ClientApp container sees its own node's folder, read-only, and no other node's
+        for i in range(NODES):
+            out = run([*compose, "exec", "-T", f"clientapp-{i}", "python", "-c", IN_CLIENTAPP],
+                      env, timeout=120, cwd=DOCKER)
+            assert out.returncode == 0, out.stdout + out.stderr
+            assert json.loads(out.stdout) == {
+                "files": sorted(os.listdir(node_data / f"node-{i}")), "writable": False}, out.stdout
+            container = run([*compose, "ps", "-q", f"clientapp-{i}"], env, cwd=DOCKER)
+            mounts = run(["docker", "inspect", "-f", "{{json .Mounts}}",
+                          container.stdout.strip()], env).stdout
+            sources = [m["Source"] for m in json.loads(mounts) if m["Destination"] == "/data"]
+            assert sources == [str(node_data / f"node-{i}")], mounts
+            assert all(str(node_data / f"node-{j}") not in mounts for j in range(NODES) if j != i)
         for name, proc in nodes_side.items():
             text = proc.communicate(timeout=300)[0]
             assert proc.returncode != 0 and "403" in text, (name, text[-2000:])
@@ -221,6 +241,17 @@ def test_compose_demo_runs_two_rounds(tmp_path):
               + ", ".join(f"{k} {v:.1f} s" for k, v in phases.items()))
     assert down.returncode == 0, down.stdout + down.stderr
     assert left == [], f"containers left after down: {left}"
+
+
+IN_CLIENTAPP = """
+import json, os
+try:
+    open("/data/written-by-the-node", "w").close()
+    writable = True
+except OSError:
+    writable = False
+print(json.dumps({"files": sorted(os.listdir("/data")), "writable": writable}))
+"""
 
 
 def logs(compose, env) -> str:
