@@ -15,7 +15,7 @@ _EXPORTS = {
     "AUGMENTATIONS": "augment", "TrainTransform": "augment",
     "DATA_KEYS": "loading", "ClientData": "loading", "load_client_data": "loading",
     "load_partition": "loading", "load_test_data": "loading", "load_test_split": "loading",
-    "spec_of": "loading",
+    "spec_of": "specs",
     "DATASETS": "specs", "DATASET_BY_NAME": "specs", "DatasetSpec": "specs",
     "ClientPopulation": "population",
     "BalancedDirichletPartitioner": "partitioners", "build_partitioner": "partitioners",

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .specs import DATASET_BY_NAME, DatasetSpec
+from .specs import DATASET_BY_NAME, DatasetSpec, spec_of  # noqa: F401  (spec_of: re-exported)
 
 # Config keys that determine the data a client or the server sees.
 DATA_KEYS = ("dataset", "dataset-path", "partitioner", "dirichlet-alpha", "lda-alpha",
@@ -34,10 +34,6 @@ class ClientData:
     train_y: torch.Tensor
     val_x: torch.Tensor  # normalized, ready for the model
     val_y: torch.Tensor
-
-
-def spec_of(cfg: dict[str, Any]) -> DatasetSpec:
-    return DATASET_BY_NAME[cfg["dataset"]]
 
 
 def data_key(cfg: dict[str, Any]) -> tuple:
@@ -205,6 +201,23 @@ def _test(key: tuple) -> tuple[torch.Tensor, torch.Tensor]:
     return to_tensors(load_test_split(cfg), DATASET_BY_NAME[cfg["dataset"]], ready=True)
 
 
-def load_test_data(cfg: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
-    """The server's held-out test set as normalized tensors (cached per process)."""
-    return _test(data_key(cfg))
+def load_test_data(cfg: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The server's held-out test set as normalized tensors (cached per process): the dataset's
+    test split (test-data = 'dataset'), a folder of the server's own (read as a node's own data:
+    its 'test' split or its only one), or None (test-data = 'none')."""
+    source = cfg.get("test-data", "dataset")
+    if source == "none":
+        return None
+    if source == "dataset":
+        return _test(data_key(cfg))
+    from .decode import normalize
+    from .own_data import read_own_data
+
+    spec = spec_of(cfg)
+    data = read_own_data(source, spec, cfg["dataset"], split="test", key="test-data")
+    x, y = data.x, data.y
+    limit = cfg["test-max-examples"]
+    if 0 < limit < len(y):
+        keep = np.sort(np.random.default_rng(cfg["seed"]).choice(len(y), limit, replace=False))
+        x, y = x[torch.from_numpy(keep)], y[torch.from_numpy(keep)]
+    return normalize(x, spec), y

@@ -47,32 +47,35 @@ def is_image_folder(folder: Path) -> bool:
         or (folder / "data").is_dir() and any((folder / "data").glob("*.parquet")))
 
 
-def read_own_data(path: str, spec: DatasetSpec, dataset: str) -> OwnData:
+def read_own_data(path: str, spec: DatasetSpec, dataset: str, split: str = "train",
+                  key: str = "data-path") -> OwnData:
     """Every example of the folder at `path`, checked: labels in [0, classes), inputs of the
-    dataset's shape. OwnDataError naming the file and the fix otherwise."""
+    dataset's shape. OwnDataError naming the file and the fix otherwise. A local copy gives its
+    `split` (or its only split); `key` names the setting in messages."""
     folder = Path(path).expanduser()
     if not folder.exists():
-        raise OwnDataError(f"data-path '{path}' does not exist: give the node's data folder in "
-                           "its node config (--node-config \"data-path='/data/mine'\")")
+        where = ("its node config (--node-config \"data-path='/data/mine'\")" if key == "data-path"
+                 else f"the run config ({key}='/data/test')")
+        raise OwnDataError(f"{key} '{path}' does not exist: give the folder in {where}")
     if not folder.is_dir():
-        raise OwnDataError(f"data-path '{path}' is a file, not a folder: give the folder that "
-                           "holds the node's data")
+        raise OwnDataError(f"{key} '{path}' is a file, not a folder: give the folder that "
+                           "holds the data")
     if not any(p for p in folder.iterdir() if not p.name.startswith(".")):
-        raise OwnDataError(f"data-path '{path}' is empty: put the node's examples there "
+        raise OwnDataError(f"{key} '{path}' is empty: put the examples there "
                            f"({_formats(spec)})")
     if spec.kind == "image" and is_image_folder(folder):
         x, y = _image_folder(folder, spec, dataset)
         data = OwnData(x, y, "image folder")
     else:
-        data = OwnData(*_local_copy(folder, spec, dataset), "local copy")
+        data = OwnData(*_local_copy(folder, spec, dataset, split), "local copy")
     if len(data.y) == 0:
-        raise OwnDataError(f"data-path '{path}' holds no example: put the node's examples there "
+        raise OwnDataError(f"{key} '{path}' holds no example: put the examples there "
                            f"({_formats(spec)})")
     bad = (data.y < 0) | (data.y >= spec.num_classes)
     if bad.any():
         first = int(bad.nonzero()[0, 0])
         raise OwnDataError(
-            f"data-path '{path}': example {first} has label {int(data.y[first])}, outside "
+            f"{key} '{path}': example {first} has label {int(data.y[first])}, outside "
             f"dataset '{dataset}''s {spec.num_classes} classes [0, {spec.num_classes - 1}]: "
             "relabel it, or declare the dataset the data belongs to")
     return data
@@ -127,11 +130,11 @@ def _image_folder(folder: Path, spec: DatasetSpec, dataset: str):
 def _array(img):
     import numpy as np
 
-    arr = np.asarray(img, dtype=np.uint8)
+    arr = np.array(img, dtype=np.uint8)  # (a copy: writable)
     return arr[None] if arr.ndim == 2 else arr.transpose(2, 0, 1).copy()
 
 
-def _local_copy(folder: Path, spec: DatasetSpec, dataset: str):
+def _local_copy(folder: Path, spec: DatasetSpec, dataset: str, want: str = "train"):
     import datasets
 
     from .decode import input_tensor, label_tensor
@@ -143,15 +146,15 @@ def _local_copy(folder: Path, spec: DatasetSpec, dataset: str):
     except DataSourceError as err:
         raise OwnDataError(str(err)) from None
     except Exception as err:  # unreadable files, a folder of something else
-        raise OwnDataError(f"data-path '{folder}' cannot be read as a dataset ({type(err).__name__}"
+        raise OwnDataError(f"'{folder}' cannot be read as a dataset ({type(err).__name__}"
                            f": {err}): give {_formats(spec)}") from None
-    split = dd["train"] if "train" in dd else dd[next(iter(dd))] if len(dd) == 1 else None
+    split = dd[want] if want in dd else dd[next(iter(dd))] if len(dd) == 1 else None
     if split is None:
-        raise OwnDataError(f"data-path '{folder}' has the splits {list(dd)} and no 'train': "
-                           "the node trains on its 'train' split (or its only one)")
+        raise OwnDataError(f"'{folder}' has the splits {list(dd)} and no '{want}': its "
+                           f"'{want}' split (or its only one) is read")
     for col in (spec.image, spec.label):
         if col not in split.column_names:
-            raise OwnDataError(f"data-path '{folder}' has no column '{col}' (columns: "
+            raise OwnDataError(f"'{folder}' has no column '{col}' (columns: "
                                f"{split.column_names}): dataset '{dataset}' is read from "
                                f"'{spec.image}' and '{spec.label}'")
     if spec.kind == "image":  # the shapes as stored, before any resizing
@@ -159,7 +162,7 @@ def _local_copy(folder: Path, spec: DatasetSpec, dataset: str):
     try:
         return input_tensor(split, spec), label_tensor(split, spec)
     except Exception as err:
-        raise OwnDataError(f"data-path '{folder}': its '{spec.image}' values cannot be read as "
+        raise OwnDataError(f"'{folder}': its '{spec.image}' values cannot be read as "
                            f"dataset '{dataset}''s inputs ({type(err).__name__}: {err})") from None
 
 
@@ -176,7 +179,7 @@ def _check_stored_images(split, spec: DatasetSpec, dataset: str, folder: Path) -
         bands = len(img.getbands())
         if img.size != (w, h) or (c == 1) != (bands == 1):
             raise OwnDataError(
-                f"data-path '{folder}', example {i}: a {img.size[0]}x{img.size[1]} image with "
+                f"'{folder}', example {i}: a {img.size[0]}x{img.size[1]} image with "
                 f"{bands} channel(s), and dataset '{dataset}' takes {w}x{h} with {c}: convert "
                 "the data (or declare the dataset it belongs to)")
 
@@ -210,9 +213,9 @@ def prepared_own_data(cfg: dict, path: str):
     """The node's own data as the ClientApp trains on it (a `disk_cache.PreparedPartition`):
     all of the folder, `client-val-fraction` held out (seeded by `seed`)."""
     from .disk_cache import PreparedPartition
-    from .specs import DATASET_BY_NAME
+    from .loading import spec_of
 
-    spec = DATASET_BY_NAME[cfg["dataset"]]
+    spec = spec_of(cfg)
     data = load_own_data(path, spec, cfg["dataset"])
     return PreparedPartition(*split_held_out(data, spec, cfg["client-val-fraction"], cfg["seed"]),
                              tuple(spec.in_shape), int(spec.num_classes))

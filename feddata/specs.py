@@ -79,3 +79,15 @@ DATASET_BY_NAME: dict[str, DatasetSpec] = {
 }
 
 DATASETS = tuple(DATASET_BY_NAME)
+
+
+def spec_of(cfg: dict) -> DatasetSpec:
+    """The run's dataset: a known one, or dataset = 'custom' as its custom-* keys declare it
+    (images; columns 'image' and 'label' in a local copy)."""
+    if cfg["dataset"] != "custom":
+        return DATASET_BY_NAME[cfg["dataset"]]
+    from run_config.resolve import custom_dataset
+
+    classes, shape, mean, std = custom_dataset(cfg)
+    return DatasetSpec(shape, classes, "image", "label", mean, std, scale=255.0, kind="image",
+                       test_splits=("test",), model="cnn")

@@ -106,6 +106,70 @@ def _check_combinations(cfg: dict[str, Any], explicit: set[str]) -> None:
         )
     _check_paths(cfg)
     _check_parts(cfg, explicit)
+    _check_own_data(cfg)
+
+
+def custom_dataset(cfg: Mapping[str, Any]) -> tuple[int, tuple[int, ...], tuple, tuple]:
+    """dataset = 'custom': (classes, (C, H, W), mean, std) from the custom-* keys, checked."""
+    classes = cfg["custom-classes"]
+    if classes < 2:
+        raise ConfigError(f"run config 'custom-classes' = {classes}: dataset = 'custom' needs "
+                          "its number of classes, at least 2 (e.g. custom-classes=10).")
+    shape = _number_list(cfg, "custom-shape", int, 1, 4096, "C,H,W (e.g. '3,32,32')")
+    if len(shape) != 3 or shape[0] not in (1, 3):
+        raise ConfigError(f"run config 'custom-shape' = '{cfg['custom-shape']}': dataset = "
+                          "'custom' needs the images' shape C,H,W with C = 1 (grey) or 3 "
+                          "(RGB), e.g. custom-shape='3,32,32'.")
+    stats = []
+    for key, fill, low in (("custom-mean", 0.0, -1e3), ("custom-std", 1.0, 1e-6)):
+        values = _number_list(cfg, key, float, low, 1e3, f"{shape[0]} number(s), one per "
+                              "channel, pixel values scaled to [0, 1]") or [fill] * shape[0]
+        if len(values) != shape[0]:
+            raise ConfigError(f"run config '{key}' = '{cfg[key]}' has {len(values)} value(s) "
+                              f"and the images {shape[0]} channel(s): give one per channel.")
+        stats.append(tuple(values))
+    return classes, tuple(shape), stats[0], stats[1]
+
+
+def _check_own_data(cfg: dict[str, Any]) -> None:
+    """client-data, test-data and the custom dataset keys (docs/deployment.md#own-data)."""
+    if cfg["dataset"] == "custom":
+        custom_dataset(cfg)
+        if cfg["client-data"] != "own":
+            raise ConfigError("run config 'dataset' = 'custom' is data of your own, which no one "
+                              "can split by partition-id: set client-data='own' (each node "
+                              "trains on its node config's data-path).")
+        if cfg["test-data"] == "dataset":
+            raise ConfigError("run config 'dataset' = 'custom' has no test split to read: set "
+                              "test-data to a folder on the server, or to 'none' (federated "
+                              "evaluation).")
+    else:
+        for key in ("custom-classes", "custom-shape", "custom-mean", "custom-std"):
+            if cfg[key] != KEYS_BY_NAME[key].default:
+                raise ConfigError(f"run config '{key}' = {cfg[key]!r} declares a custom "
+                                  f"dataset, and dataset = '{cfg['dataset']}': set "
+                                  "dataset='custom' or leave the custom-* keys out.")
+    test = cfg["test-data"]
+    if not test.strip() or any(ord(c) < 32 or ord(c) == 127 for c in test):
+        raise ConfigError(f"run config 'test-data' = {test!r}: give 'dataset', 'none' or the "
+                          "folder of the server's test set.")
+    if test == "none" and cfg["fraction-evaluate"] == 0:
+        raise ConfigError("run config 'test-data' = 'none' leaves federated evaluation as the "
+                          "run's metric, and fraction-evaluate = 0 turns it off: set "
+                          "fraction-evaluate > 0 (e.g. 0.5), or give the server a test set.")
+    if cfg["client-data"] == "own":
+        sized = [p for p in parse_objective(cfg["client-objective"])
+                 if getattr(methods.CLIENT_PARTS.get(p), "uses_partition_sizes", False)]
+        if sized:
+            raise ConfigError(
+                f"run config 'client-data' = 'own': client part(s) {sized} (method "
+                f"'{cfg['method']}') weigh each client by every client's partition size, which "
+                "nodes with their own data do not share: choose another method (SCAFFOLD, "
+                "FedDyn, FedACG, ...).")
+        if cfg["partitioner"] != KEYS_BY_NAME["partitioner"].default:
+            raise ConfigError(f"run config 'partitioner' = '{cfg['partitioner']}' splits a "
+                              "dataset, and client-data = 'own' trains every node on its own "
+                              "folder: leave partitioner out.")
 
 
 MAX_NAME_BYTES = 255  # NAME_MAX: the longest file name of Linux's and macOS's file systems

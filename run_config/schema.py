@@ -66,7 +66,7 @@ METHODS = methods.method_names()  # the built-in methods; `methods.method_names(
 # feddata.PARTITIONERS, feddata.AUGMENTATIONS and models.MODELS (written out here so this
 # module needs no torch).
 DATASETS = ("digits", "cifar10", "cifar100", "tiny-imagenet", "emnist", "femnist", "celeba",
-            "shakespeare")
+            "shakespeare", "custom")
 PARTITIONERS = ("iid", "dirichlet-balanced", "lda", "natural", "shards")
 # The datasets with a natural client id (feddata.specs: natural_id), which the natural split needs
 NATURAL_ID_DATASETS = ("femnist", "celeba", "shakespeare")
@@ -305,9 +305,31 @@ KEYS: tuple[Key, ...] = (
         low=0.0, high=1e3),
     # --- data ---
     Key("dataset", str, "digits", "Dataset (docs/data.md): scikit-learn's bundled 8x8 "
-        "digits (offline), or a hub dataset / its local copy.", "data", choices=DATASETS),
+        "digits (offline), a hub dataset / its local copy, or 'custom': images of your own, "
+        "declared by the custom-* keys (own data only).", "data", choices=DATASETS),
     Key("dataset-path", str, "", "Local copy of the dataset (a save_to_disk folder, or a folder "
         "of parquet/csv files in the hub's format); '' = the Hugging Face hub.", "data"),
+    Key("client-data", str, "partitions", "Where each client's data comes from: 'partitions' = "
+        "a partition of the dataset picked by the node's partition-id (simulations, demos); "
+        "'own' = every node trains on its own folder (node config data-path) and the server "
+        "never loads the training data (docs/deployment.md#own-data).", "data",
+        choices=("partitions", "own")),
+    Key("test-data", str, "dataset", "The server's test set: 'dataset' = the dataset's test "
+        "split; 'none' = no server test set, the run's metric is federated evaluation "
+        "(fed-acc: the clients' held-out data, needs fraction-evaluate > 0); else a folder on the "
+        "server in a format of own data (image folder, hub parquet, save_to_disk).", "data"),
+    Key("num-clients", int, 0, "N, the number of clients of the federation, for the rules that "
+        "need it (SCAFFOLD, FedDyn, FedVARP) and for nodes without a client id; 0 = the "
+        "num-partitions (num-clients) the nodes report, else the nodes connected at the start.",
+        "data", low=0, high=1_000_000),
+    Key("custom-classes", int, 0, "dataset = 'custom': the number of classes (labels 0 .. "
+        "classes-1).", "data", low=0, high=1_000_000),
+    Key("custom-shape", str, "", "dataset = 'custom': the images' shape C,H,W (C = 1 or 3), "
+        "e.g. '3,32,32'.", "data"),
+    Key("custom-mean", str, "", "dataset = 'custom': per-channel mean for normalization, "
+        "comma-separated, pixel values scaled to [0, 1]; '' = 0 (no centering).", "data"),
+    Key("custom-std", str, "", "dataset = 'custom': per-channel std for normalization, "
+        "comma-separated; '' = 1.", "data"),
     Key("partitioner", str, "dirichlet-balanced", "Client split: iid, FedACG's balanced Dirichlet "
         "(equal sizes, label prior ~ Dir(dirichlet-alpha)), GC-Fed's unbalanced LDA (each class "
         "spread ~ Dir(lda-alpha)), natural (one writer/speaker/celebrity per client) or shards "

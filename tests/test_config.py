@@ -79,7 +79,8 @@ def test_data_and_model_choices_are_the_codes():
     import models
     from run_config import schema
 
-    assert schema.DATASETS == tuple(feddata.DATASET_BY_NAME) == feddata.DATASETS
+    assert tuple(feddata.DATASET_BY_NAME) == feddata.DATASETS
+    assert schema.DATASETS == (*feddata.DATASETS, "custom")  # custom: declared by custom-* keys
     assert schema.PARTITIONERS == feddata.PARTITIONERS
     assert schema.AUGMENTATIONS == feddata.AUGMENTATIONS
     assert schema.MODELS == models.MODELS
