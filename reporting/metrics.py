@@ -5,8 +5,10 @@ accuracy measured after training (round 0, the initial model, is not part of it)
 round R" and "rounds to reach X%" are read off the EMA; a run that never reaches X% within its
 T rounds reports "T+".
 
-Rows are dicts with a "round" key and, on evaluated rounds, "test-acc" and "ema-acc" (accuracies
-as fractions in [0, 1]); targets are given in percent, as the papers write them.
+Rows are dicts with a "round" key and, on evaluated rounds, "test-acc" (the server's test set)
+and/or "fed-acc" (federated evaluation on the clients' held-out data) and "ema-acc", the EMA of
+the run's metric (test-acc, or fed-acc where the server has no test set: docs/results.md);
+accuracies as fractions in [0, 1]; targets are given in percent, as the papers write them.
 """
 
 from __future__ import annotations
@@ -73,21 +75,29 @@ def round_key(value: float) -> str:
 
 
 def run_summary(rows: Sequence[dict[str, Any]], *, acc_at_rounds: Sequence[int],
-                target_accs: Sequence[float], total_rounds: int) -> dict[str, Any]:
-    """The end-of-run numbers: accuracy (EMA) at the given rounds, rounds to each target, bytes."""
+                target_accs: Sequence[float], total_rounds: int,
+                metric: str = "test-acc") -> dict[str, Any]:
+    """The end-of-run numbers: accuracy (EMA of `metric`) at the given rounds, rounds to each
+    target, bytes."""
     rounds, ema = curve(rows, "ema-acc")
-    evaluated = [r for r in rows if r["round"] > 0 and "test-acc" in r]
-    last = evaluated[-1] if evaluated else {}
+
+    def last(key):
+        evaluated = [r for r in rows if r["round"] > 0 and key in r]
+        return evaluated[-1] if evaluated else {}
+
     trained = [r for r in rows if r["round"] > 0]
     out: dict[str, Any] = {
         "rounds": len(trained),
-        "final-test-acc": last.get("test-acc"),
-        "final-ema-acc": last.get("ema-acc"),
-        "final-test-loss": last.get("test-loss"),
+        "metric": metric,
+        "final-test-acc": last("test-acc").get("test-acc"),
+        "final-ema-acc": last(metric).get("ema-acc"),
+        "final-test-loss": last("test-acc").get("test-loss"),
         "acc-at-round": {round_key(r): value_at_round(rounds, ema, r) for r in acc_at_rounds},
         "rounds-to-acc": {round_key(t): rounds_to_target(rounds, ema, t, total_rounds)
                           for t in target_accs},
     }
+    if last("fed-acc"):
+        out["final-fed-acc"] = last("fed-acc").get("fed-acc")
     for key in ("bytes-down-total", "bytes-up-total"):
         out[key] = trained[-1].get(key, 0) if trained else 0
     out["bytes-total"] = out["bytes-down-total"] + out["bytes-up-total"]

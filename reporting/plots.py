@@ -39,17 +39,23 @@ def _save(fig: Figure, path: Path) -> Path:
     return path
 
 
-def plot_run(rows: Sequence[dict[str, Any]], run_dir: Path, title: str = "") -> list[Path]:
-    """accuracy.png (test and EMA accuracy vs round) and accuracy_vs_bytes.png (vs cumulative
-    megabytes sent down + up) in `run_dir`."""
+METRIC_LABELS = {"test-acc": "test accuracy",
+                 "fed-acc": "federated evaluation accuracy"}  # clients' held-out data
+
+
+def plot_run(rows: Sequence[dict[str, Any]], run_dir: Path, title: str = "",
+             metric: str = "test-acc") -> list[Path]:
+    """accuracy.png (the run's metric, test-acc or fed-acc, and its EMA vs round) and
+    accuracy_vs_bytes.png (vs cumulative megabytes sent down + up) in `run_dir`."""
     run_dir = Path(run_dir)
-    tested = [r for r in rows if r.get("test-acc") is not None]
-    rounds, test = [r["round"] for r in tested], [100 * r["test-acc"] for r in tested]
+    tested = [r for r in rows if r.get(metric) is not None]
+    rounds, test = [r["round"] for r in tested], [100 * r[metric] for r in tested]
     ema_rounds, ema = curve(rows, "ema-acc")
     ema = [100 * v for v in ema]
+    label = METRIC_LABELS[metric]
 
-    fig, ax = _figure(title, "round", "test accuracy (%)")
-    ax.plot(rounds, test, "o-", ms=2.5, lw=0.8, alpha=0.6, label="test accuracy")
+    fig, ax = _figure(title, "round", f"{label} (%)")
+    ax.plot(rounds, test, "o-", ms=2.5, lw=0.8, alpha=0.6, label=label)
     ax.plot(ema_rounds, ema, "-", lw=2.0, label="EMA (0.9)")
     ax.legend(loc="lower right")
     out = [_save(fig, run_dir / "accuracy.png")]
@@ -57,8 +63,8 @@ def plot_run(rows: Sequence[dict[str, Any]], run_dir: Path, title: str = "") -> 
     def mb(r):
         return (r.get("bytes-down-total", 0) + r.get("bytes-up-total", 0)) / 1e6
 
-    fig, ax = _figure(title, "megabytes sent (down + up, cumulative)", "test accuracy (%)")
-    ax.plot([mb(r) for r in tested], test, "o-", ms=2.5, lw=0.8, alpha=0.6, label="test accuracy")
+    fig, ax = _figure(title, "megabytes sent (down + up, cumulative)", f"{label} (%)")
+    ax.plot([mb(r) for r in tested], test, "o-", ms=2.5, lw=0.8, alpha=0.6, label=label)
     by_round = {r["round"]: r for r in rows}
     ax.plot([mb(by_round[r]) for r in ema_rounds], ema, "-", lw=2.0, label="EMA (0.9)")
     ax.legend(loc="lower right")

@@ -45,7 +45,9 @@ def run_state(run_dir: Path) -> dict[str, Any]:
     return {"run-dir": str(run_dir), "state": state, "status": status,
             "rounds": max((r.get("round", 0) for r in rows), default=0),
             "of": config.get("num-server-rounds"), "error": results.get("error"),
+            "metric": summary.get("metric", "test-acc"),
             "final-test-acc": summary.get("final-test-acc"),
+            "final-fed-acc": summary.get("final-fed-acc"),
             "final-ema-acc": summary.get("final-ema-acc"),
             "flower-run-id": results.get("flower-run-id")}
 
@@ -56,9 +58,10 @@ def describe(s: dict[str, Any]) -> str:
         return f"missing     {where}: {s['error']}"
     progress = f"{s['rounds']}/{s['of']} rounds"
     if s["state"] == "complete":
-        acc = s["final-test-acc"]
+        metric = s.get("metric") or "test-acc"  # fed-acc: no server test set
+        acc = s.get(f"final-{metric}")
         ema = s["final-ema-acc"]
-        accs = (f", test-acc {acc:.4f}" if isinstance(acc, (int, float)) else "") + \
+        accs = (f", {metric} {acc:.4f}" if isinstance(acc, (int, float)) else "") + \
                (f", ema-acc {ema:.4f}" if isinstance(ema, (int, float)) else "")
         return f"complete    {where}: {progress}{accs}"
     if s["state"] == "failed":

@@ -19,7 +19,7 @@ from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords
 from feddata import load_test_data, spec_of
 from feddata.summary import format_summary, partition_summary
 from models import build_model
-from run_config import load_setup, resolve
+from run_config import ConfigError, load_setup, resolve
 from run_config.check import check_robust
 
 from reporting.tracking import build_trackers
@@ -38,9 +38,23 @@ from .traffic import MeteredGrid
 app = ServerApp()
 
 
-def log_data_summary(cfg: dict, grid: Grid, test_size: int) -> dict | None:
-    """Print the client split (for the nodes connected now) and check a set-up's federation size."""
+def describe_test_set(cfg: dict, test: tuple | None) -> str:
+    """What the server evaluates on, for the log."""
+    if test is None:
+        return ("no server test set (test-data = 'none'): the run's metric is fed-acc, federated "
+                "evaluation on the clients' held-out data")
+    where = "" if cfg["test-data"] == "dataset" else f" from {cfg['test-data']}"
+    return f"test set {len(test[1])} examples{where}"
+
+
+def log_data_summary(cfg: dict, grid: Grid, test: tuple | None) -> dict | None:
+    """Print the client split (for the nodes connected now) and check a set-up's federation size.
+    With own data (client-data = 'own') there is no split to show: each node has its folder."""
     nodes = len(list(grid.get_node_ids()))
+    if cfg["client-data"] == "own":
+        log(INFO, "Clients: %d node(s) connected, each training on its own data (data-path); %s.",
+            nodes, describe_test_set(cfg, test))
+        return None
     if cfg["setup"]:
         expected = load_setup(cfg["setup"])["num-supernodes"]
         if nodes != expected:
@@ -51,8 +65,8 @@ def log_data_summary(cfg: dict, grid: Grid, test_size: int) -> dict | None:
         log(INFO, "Partitions: no node connected yet, no summary.")
         return None
     summary = partition_summary(cfg, nodes)
-    log(INFO, "%s; test set %d examples.", format_summary(summary), test_size)
-    return {**summary, "test-examples": test_size}
+    log(INFO, "%s; %s.", format_summary(summary), describe_test_set(cfg, test))
+    return {**summary, "test-examples": 0 if test is None else len(test[1])}
 
 
 def plot_labels(cfg: dict, nodes: int, run_dir: Path) -> None:
@@ -128,7 +142,7 @@ def run_server(grid: Grid, context: Context, where: dict) -> None:
     device = torch.device(
         "cuda:0" if cfg["device"] != "cpu" and torch.cuda.is_available() else "cpu")
     test = load_test_data(cfg)
-    partitions = log_data_summary(cfg, grid, len(test[1]))
+    partitions = log_data_summary(cfg, grid, test)
     if partitions:
         write_json_atomic(run_dir / "partitions.json", partitions)
         plot_labels(cfg, partitions["clients"], run_dir)
@@ -136,6 +150,13 @@ def run_server(grid: Grid, context: Context, where: dict) -> None:
     simulation = getattr(grid, "fixed_size", False) or is_simulation(grid)
     if simulation and partitions:  # the federation's size is known: what it decides
         check_robust(cfg, partitions["clients"])
+    if simulation and cfg["num-clients"] and cfg["client-data"] == "partitions":
+        nodes = len(list(grid.get_node_ids()))
+        if nodes and nodes != cfg["num-clients"]:
+            raise ConfigError(
+                f"run config 'num-clients' = {cfg['num-clients']}, and the simulated federation "
+                f"has {nodes} node(s), each one client: leave num-clients out (0) in a "
+                f"simulation, or run --federation-config \"num-supernodes={cfg['num-clients']}\".")
     if cfg["precision"] == "amp" and simulation and not torch.cuda.is_available():
         log(WARNING, "precision = 'amp' needs a CUDA GPU and none is visible here: simulated "
             "clients without one refuse to train (precision = 'auto' trains in fp32 there).")
@@ -149,7 +170,8 @@ def run_server(grid: Grid, context: Context, where: dict) -> None:
     where["recorder"] = recorder
     recorder.trackers = build_trackers(cfg, run_dir)
     block_kernel.set_mode(cfg["server-pass"])  # docs/performance.md#the-servers-pass
-    strategy = build_strategy(cfg, model, train_metrics_aggr_fn=recorder.train_metrics)
+    strategy = build_strategy(cfg, model, train_metrics_aggr_fn=recorder.train_metrics,
+                              evaluate_metrics_aggr_fn=recorder.eval_metrics)
     strategy.round_metrics_fn = recorder.note_train
     if partitions and cfg["num-examples-check"]:  # docs/security.md: what the server knows
         strategy.max_num_examples = float(partitions["size-max"])
@@ -191,9 +213,11 @@ def done_line(summary: dict, run_dir: Path) -> str:
     def pct(v):
         return "-" if v is None else f"{100 * v:.1f}%"
 
+    metric = summary.get("metric", "test-acc")  # fed-acc: no server test set
     at = ", ".join(f"{r}: {pct(v)}" for r, v in summary["acc-at-round"].items())
     to = ", ".join(f"{t}%: {v}" for t, v in summary["rounds-to-acc"].items())
     return (f"Done: {summary['rounds']} rounds in {console.duration(summary['wall-seconds'])} | "
-            f"test-acc {pct(summary['final-test-acc'])}, ema-acc {pct(summary['final-ema-acc'])}"
+            f"{metric} {pct(summary.get('final-' + metric))}, "
+            f"ema-acc {pct(summary['final-ema-acc'])}"
             f" | EMA at rounds {at} | rounds to {to} | {summary['bytes-total'] / 1e6:.1f} MB sent"
             f" | {run_dir}")

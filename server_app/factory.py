@@ -26,7 +26,7 @@ def build_strategy(cfg: dict[str, Any], model: nn.Module, **fedavg_kwargs) -> Me
     nodes = Nodes(seed=cfg["seed"], min_available_nodes=cfg["min-train-nodes"],
                   node_wait_timeout=cfg["node-wait-timeout"],
                   identify_nodes=rule.sampling == "seeded", population=population,
-                  sampling=rule.sampling)
+                  sampling=rule.sampling, num_clients=cfg["num-clients"])
     codec = methods.uplink_codec(cfg)  # e.g. FedPAQ's: w_i = phi + Q(d_i) before screening
     client_state = None  # which version of its own state each client starts from
     if any(methods.CLIENT_PARTS[p].client_state for p in parse_objective(cfg["client-objective"])):

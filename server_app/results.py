@@ -200,6 +200,10 @@ class RunRecorder:
         call (`MeteredGrid.take`)."""
         self.cfg, self.model, self.test, self.run_dir, self.device = (
             cfg, model, test, run_dir, device)
+        # the run's metric (docs/results.md#the-runs-metric): the server's test set, or with none
+        # (test-data = 'none') federated evaluation on the clients' held-out data
+        self.metric = "test-acc" if test is not None else "fed-acc"
+        self.last_eval: dict[str, float] = {}
         self.aggregate_fn = aggregate_fn
         self.traffic = traffic
         self.rows: list[dict[str, Any]] = []
@@ -222,6 +226,14 @@ class RunRecorder:
         self.last_train["replies"] = len(contents)
         return metrics
 
+    def eval_metrics(self, contents: list[RecordDict], weight_key: str) -> MetricRecord:
+        """Flower's weighted average of the federated evaluation metrics: this round's fed-acc
+        and fed-loss (the clients' eval-acc / eval-loss, weighted by their examples)."""
+        metrics = self.aggregate_fn(contents, weight_key)
+        self.last_eval = {f"fed-{k[5:]}": float(metrics[k]) for k in ("eval-acc", "eval-loss")
+                          if isinstance(metrics.get(k), (int, float))}
+        return metrics
+
     def note_train(self, server_round: int, metrics: MetricRecord) -> None:
         """The strategy's round metrics (reply counts included) for this round's row."""
         self.last_train.update({k: v for k, v in metrics.items() if isinstance(v, (int, float))})
@@ -238,13 +250,16 @@ class RunRecorder:
         rounds = self.cfg["num-server-rounds"]
         due = server_round % self.cfg["eval-every"] == 0 or server_round == rounds
         row: dict[str, Any] = {"round": server_round}
-        if due:
+        if due and self.test is not None:
             # views of the record: one copy, into the model
             self.model.load_state_dict(state_view(arrays))
             loss, acc = evaluate(self.model, *self.test)
             row.update({"test-loss": loss, "test-acc": acc})
-            if server_round > 0:
-                self.ema = ema_update(self.ema, acc)
+        if server_round > 0:
+            row.update(self.last_eval)  # federated evaluation of this round, when it ran
+            self.last_eval = {}
+            if self.metric in row:
+                self.ema = ema_update(self.ema, row[self.metric])
                 row["ema-acc"] = self.ema
         if server_round > 0:
             row.update({f"train-{k}" if not k.startswith("train-") else k: v
@@ -296,15 +311,16 @@ class RunRecorder:
         if self.round_seconds and row["round"] < rounds:
             recent = self.round_seconds[-20:]  # the recent pace: round 1 pays for start-up
             eta = f" | ETA {duration(sum(recent) / len(recent) * (rounds - row['round']))}"
-        log(INFO, "[round %d/%d] test-acc %s | ema-acc %s | test-loss %s | train-loss %s%s | "
-            "%.2f s%s", row["round"], rounds, f("test-acc"), f("ema-acc"), f("test-loss"),
-            f("train-loss"),
-            traffic, row["seconds"], eta)
+        loss = "test-loss" if self.metric == "test-acc" else "fed-loss"
+        fed = f" | fed-acc {f('fed-acc')}" if self.metric == "test-acc" and "fed-acc" in row else ""
+        log(INFO, "[round %d/%d] %s %s | ema-acc %s | %s %s | train-loss %s%s%s | %.2f s%s",
+            row["round"], rounds, self.metric, f(self.metric), f("ema-acc"), loss, f(loss),
+            f("train-loss"), fed, traffic, row["seconds"], eta)
 
     def summary(self) -> dict[str, Any]:
         out = run_summary(self.rows, acc_at_rounds=acc_at_rounds(self.cfg),
                           target_accs=target_accs(self.cfg),
-                          total_rounds=self.cfg["num-server-rounds"])
+                          total_rounds=self.cfg["num-server-rounds"], metric=self.metric)
         out["wall-seconds"] = time.monotonic() - self.t_start
         out["complete"] = self.complete
         return out
@@ -321,7 +337,7 @@ class RunRecorder:
 
             name = self.run_dir.name
             title = self.cfg["method"] + (f" ({name})" if name != self.cfg["method"] else "")
-            plot_run(self.rows, self.run_dir, title=title)
+            plot_run(self.rows, self.run_dir, title=title, metric=self.metric)
         except Exception as err:  # a plot must never cost the run's results
             log(WARNING, "Could not draw the run's plots: %r", err)
 

@@ -331,7 +331,8 @@ def test_plots_are_redrawn_every_plot_every_rounds(tmp_path, monkeypatch):
 
     drawn = []
     monkeypatch.setattr(reporting.plots, "plot_run",
-                        lambda rows, run_dir, title="": drawn.append(rows[-1]["round"]))
+                        lambda rows, run_dir, title="", metric="test-acc":
+                        drawn.append(rows[-1]["round"]))
     run_app(tmp_path, **{"num-server-rounds": 5, "plot-every": 2})
     assert drawn == [2, 4, 5]  # every 2 rounds, and at the end
 
