@@ -20,7 +20,7 @@ from flwr.clientapp import ClientApp
 from feddata.augment import TrainTransform
 from feddata.disk_cache import cache_dir, load_prepared_partition
 from feddata.padding import pad_to_full_batches
-from feddata.specs import DATASET_BY_NAME
+from feddata.specs import spec_of
 from methods import uplink_codec
 from models import build_model
 from models.evaluation import evaluate as evaluate_model
@@ -52,26 +52,34 @@ def own_data_path(context: Context) -> str | None:
     return str(path) if path else None
 
 
-def partition_of(context: Context) -> tuple[int, int]:
+def partition_of(context: Context) -> tuple[int | None, int]:
     """The node's client id among N: `partition-id` / `num-partitions`, or with its own data
     `client-id` / `num-clients` (they then name the node, for sampling and per-client state;
-    its data is its folder)."""
+    its data is its folder). A node with its own data and no client-id: (None, 0), the server
+    gives it a slot (docs/deployment.md#client-identity)."""
     node = context.node_config
-    own = own_data_path(context) is not None and "client-id" in node
-    keys = ("client-id", "num-clients") if own else ("partition-id", "num-partitions")
+    if own_data_path(context) is not None:
+        if "client-id" not in node:
+            return None, 0
+        return int(node["client-id"]), int(node.get("num-clients", 0))
     try:
-        return int(node[keys[0]]), int(node[keys[1]])
+        return int(node["partition-id"]), int(node["num-partitions"])
     except KeyError as err:
-        hint = ("client-id=<i> num-clients=<N> data-path='<folder>'" if own_data_path(context)
-                else "partition-id=<i> num-partitions=<n>")
         raise KeyError(f"node config lacks {err}: start the SuperNode with --node-config "
-                       f"\"{hint}\"") from None
+                       "\"partition-id=<i> num-partitions=<n>\", or with data-path='<folder>' "
+                       "(its own data)") from None
 
 
-def data_partition_of(msg: Message, context: Context) -> tuple[int, int]:
-    """The partition to use: the one the server names (dynamic clients), else the node's own."""
+def data_partition_of(msg: Message, context: Context) -> tuple[int | None, int]:
+    """The partition to use: the one the server names (dynamic clients), else the node's own;
+    with own data, the client slot the server gave a node that has no client-id."""
     config = msg.content.config_records.get("config")
-    if config is not None and "partition-id" in config and own_data_path(context) is None:
+    if own_data_path(context) is not None:
+        pid, n = partition_of(context)
+        if pid is None and config is not None and "client-slot" in config:
+            pid, n = int(config["client-slot"]), int(config["num-clients"])
+        return pid, n
+    if config is not None and "partition-id" in config:
         return int(config["partition-id"]), int(config["num-partitions"])
     return partition_of(context)
 
@@ -100,6 +108,10 @@ def setup(msg: Message, context: Context):
     cfg = settings(context.run_config).cfg
     pid, nparts = data_partition_of(msg, context)
     path = own_data_path(context)
+    if path is None and cfg["client-data"] == "own":
+        raise ValueError("the run trains every node on its own data (client-data = 'own') and "
+                         "this node's config has no data-path: start the SuperNode with "
+                         "--node-config \"data-path='<folder of its data>'\"")
     if path is not None:  # the node's own folder, whole (no partitioner)
         from feddata.own_data import prepared_own_data
 
@@ -124,6 +136,9 @@ def train(msg: Message, context: Context) -> Message:
                          "know: choose another method (SCAFFOLD, FedDyn, FedACG, ...) for a "
                          "deployment on own data")
     cfg, pid, data, model, device = setup(msg, context)
+    if pid is None:
+        raise ValueError("this node has its own data and no client-id, and the server named no "
+                         "client slot for it: give it --node-config \"client-id=<i>\"")
     c = msg.content["config"]  # only what changes per round: lr, server-round
     local = client.local_config(model, float(c["lr"]))
     server_round = int(c["server-round"])
@@ -131,7 +146,7 @@ def train(msg: Message, context: Context) -> Message:
     gen = torch.Generator().manual_seed((cfg["seed"] * 1_000_003 + server_round) * 100_003 + pid)
     # Training batches are augmented (cfg: augment, augment-padding, augment-rotation) and
     # normalized on the training device; evaluation data is normalized when loaded.
-    transform = TrainTransform(DATASET_BY_NAME[cfg["dataset"]], cfg["augment"],
+    transform = TrainTransform(spec_of(cfg), cfg["augment"],
                                cfg["augment-padding"], cfg["augment-rotation"])
     t = time.perf_counter()
     train_x, train_y, _, _ = on_device(data, device)
@@ -184,6 +199,10 @@ def query(msg: Message, context: Context) -> Message:
     """The node's partition-id, so the server samples the same partitions in every run, and
     whether the node is simulated (then the server names the partition in every message)."""
     pid, nparts = partition_of(context)
-    metrics = MetricRecord({"partition-id": pid, "num-partitions": nparts,
-                            "simulated": int(simulated())})
+    own = own_data_path(context) is not None
+    if own and not nparts:  # N: the run config's num-clients, else the server decides
+        nparts = int(context.run_config.get("num-clients", 0) or 0)
+    metrics = MetricRecord({"simulated": int(simulated()), "own-data": int(own)})
+    if pid is not None:
+        metrics.update({"partition-id": pid, "num-partitions": nparts})
     return Message(content=RecordDict({"metrics": metrics}), reply_to=msg)

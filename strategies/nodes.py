@@ -71,7 +71,9 @@ class Nodes:
 
     def __init__(self, *, seed: int = 0, min_available_nodes: int = 2,
                  node_wait_timeout: float = 120.0, identify_nodes: bool = False,
-                 population=None, sampling: str = "seeded") -> None:
+                 population=None, sampling: str = "seeded", num_clients: int = 0) -> None:
+        """`num_clients`: N, the federation's client slots (run config num-clients); 0 = the
+        num-partitions the nodes report, else the number of nodes connected when first asked."""
         if sampling not in ("seeded", "flower"):
             raise ValueError(f"sampling must be 'seeded' or 'flower', got {sampling!r}")
         self.sampling = sampling
@@ -82,7 +84,12 @@ class Nodes:
         self.partition_of: dict[int, int] = {}
         self._queried: set[int] = set()
         self.refused: set[int] = set()  # nodes whose report was invalid: never sampled
-        self.num_slots = 0  # num-partitions the nodes reported
+        self.num_slots = num_clients  # N: run config num-clients, or what the nodes reported
+        self.num_clients = num_clients
+        # Nodes with their own data and no client-id: the server gives each a free slot, in the
+        # order they are first seen (docs/deployment.md#client-identity), named in its messages
+        self.slotted: set[int] = set()
+        self._connected: list[int] = []
         # Simulated nodes (the first node asked says so) can train on any partition: no node is
         # asked again; slot p is the p-th node by id, and each message names its partition.
         self.virtual_nodes: bool | None = None  # None: not known yet
@@ -98,10 +105,20 @@ class Nodes:
         """The sampling RNG. Sampling is by partition-id order, so the RNG state means the same
         partitions in a new run with other node ids; the node-id -> partition map is learnt
         again."""
-        return {"sampling-rng": self.rng.getstate()}
+        return {"sampling-rng": self.rng.getstate(),
+                "slots": {node: self.partition_of[node] for node in sorted(self.slotted)},
+                "num-slots": self.num_slots if self.slotted else 0}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """The RNG, and the slots given to nodes without a client id (a resumed run gives each
+        such node the slot, and so the per-client state, it had)."""
         self.rng.setstate(state["sampling-rng"])
+        slots = state.get("slots") or {}
+        if slots:
+            self.num_slots = int(state["num-slots"])
+            self.partition_of.update({int(n): int(p) for n, p in slots.items()})
+            self.slotted.update(int(n) for n in slots)
+            self._queried.update(int(n) for n in slots)
 
     # --- identity ---------------------------------------------------------------------------
     def describe(self, node: int) -> str:
@@ -129,6 +146,7 @@ class Nodes:
         if self.virtual_nodes:
             self._bind_virtual(nodes)
             return
+        self._connected = nodes
         new = [n for n in nodes if n not in self._queried]
         if not new:
             return
@@ -154,22 +172,55 @@ class Nodes:
         content = RecordDict({"config": ConfigRecord({"want": "partition-id"})})
         replies = grid.send_and_receive(construct(content, nodes, MessageType.QUERY),
                                         timeout=self.node_wait_timeout)
-        simulated, reports = False, {}
+        simulated, reports, anonymous = False, {}, []
         for msg in replies:
             if msg.has_error():
                 log(WARNING, "node %d did not say its partition-id: %s", msg.metadata.src_node_id,
                     short_reason(msg.error.reason))
                 continue
             for rec in msg.content.metric_records.values():
-                reports[msg.metadata.src_node_id] = (rec.get("partition-id"),
-                                                     rec.get("num-partitions"))
+                if rec.get("own-data") == 1 and "partition-id" not in rec:
+                    anonymous.append(msg.metadata.src_node_id)  # no client-id: given a slot
+                    continue
+                nparts = rec.get("num-partitions")
+                if rec.get("own-data") == 1 and nparts == 0:  # a client-id, N left to the server
+                    nparts = self.num_slots or len(set(self._connected) | set(nodes))
+                reports[msg.metadata.src_node_id] = (rec.get("partition-id"), nparts)
                 simulated = simulated or rec.get("simulated") == 1
         accepted, self.num_slots, refused = screen_node_reports(reports, self.num_slots)
+        if self.num_clients and refused:
+            refused = {n: why + f" (run config num-clients = {self.num_clients})"
+                       if why.startswith("num-partitions =") else why
+                       for n, why in refused.items()}
         self.partition_of.update(accepted)
+        if anonymous:
+            self._give_slots(sorted(anonymous), nodes, refused)
         for node, why in refused.items():  # reply_screen.check_node_report
             log(WARNING, "node %d: its report was refused (%s); it is not sampled", node, why)
             self.refused.add(node)
         return simulated and bool(accepted) and self.num_slots > 0
+
+    def _give_slots(self, anonymous: list[int], asked: list[int], refused: dict) -> None:
+        """Free slots 0..N-1 to the nodes without a client id, by node id. N: num-clients, else
+        what the other nodes report, else the nodes connected now (a node that joins after
+        every slot is taken is refused: the rules' N cannot grow during a run)."""
+        if not self.num_slots:
+            self.num_slots = len(set(self._connected) | set(asked) | set(self.partition_of))
+            log(INFO, "N = %d clients: the nodes connected now (no num-clients in the run "
+                "config); a node that joins later is refused once every slot is taken",
+                self.num_slots)
+        free = iter(sorted(set(range(self.num_slots)) - set(self.partition_of.values())))
+        for node in anonymous:
+            slot = next(free, None)
+            if slot is None:
+                refused[node] = (f"it has no client-id and the federation's N = {self.num_slots} "
+                                 "client slots are taken: raise num-clients in the run config "
+                                 "(nodes that left keep their slot)")
+                continue
+            self.partition_of[node] = slot
+            self.slotted.add(node)
+            log(INFO, "node %d (own data, no client-id) is client %d of %d", node, slot,
+                self.num_slots)
 
     def ordered(self, nodes: list[int]) -> list[int]:
         """Nodes by partition-id where known (stable across runs), then by node id."""
@@ -202,7 +253,18 @@ class Nodes:
         config also says which data partition it holds this round (`partition-id`,
         `num-partitions` of the pool; simulated nodes: the partition of their slot)."""
         if self.population is None and not self.virtual_nodes:
-            return list(construct(record, node_ids, message_type))
+            if not self.slotted.intersection(node_ids):
+                return list(construct(record, node_ids, message_type))
+            messages = []  # nodes without a client id are told the slot the server gave them
+            for node in node_ids:
+                content = RecordDict(dict(record.items()))
+                if node in self.slotted:
+                    config = ConfigRecord(dict(record[config_key]))
+                    config["client-slot"] = self.partition_of[node]
+                    config["num-clients"] = self.num_slots
+                    content[config_key] = config
+                messages.extend(construct(content, [node], message_type))
+            return messages
         unknown = [n for n in node_ids if n not in self.partition_of]
         if unknown or not self.num_slots:
             raise RuntimeError(f"nodes {unknown} have no partition: they did not report their "
