@@ -4,9 +4,17 @@
         check a node's own data folder before the node joins a federation: prints what the node
         would train on (examples, labels, held-out share) or the problem with the file and the
         fix; exit status 0 when the folder is usable, 1 when it is not.
+    python -m feddata check <data-path> --dataset custom --classes 10 --shape 1,8,8
+        the same for data of your own (run config dataset = 'custom', custom-classes,
+        custom-shape).
     python -m feddata demo-folders <out> --nodes 3
         make disjoint, label-skewed folders of scikit-learn's digits, one per node
         (<out>/node-<i>, save_to_disk format), for a demo or a test of a deployment on own data.
+    python -m feddata demo-folders <out> --nodes 3 --images
+        the same digits as 8x8 grey PNG images, for dataset = 'custom' (custom-classes=10,
+        custom-shape='1,8,8'): node i's folder in the formats image folder, save_to_disk,
+        parquet in turn, and <out>/server-test, an image folder of held-out digits for the
+        server's test-data.
 """
 
 from __future__ import annotations
@@ -16,7 +24,7 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .specs import DATASET_BY_NAME, DATASETS
+    from run_config.schema import DATASETS
 
     parser = argparse.ArgumentParser(prog="python -m feddata", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -26,21 +34,37 @@ def main(argv: list[str] | None = None) -> int:
                        help="the run's dataset: its label space and input shape")
     check.add_argument("--client-val-fraction", type=float, default=0.1,
                        help="the share held out for federated evaluation (as the run's key)")
+    check.add_argument("--classes", type=int, default=0,
+                       help="dataset custom: the number of classes (run config custom-classes)")
+    check.add_argument("--shape", default="",
+                       help="dataset custom: C,H,W of the images (run config custom-shape)")
     demo = sub.add_parser("demo-folders", help="disjoint label-skewed digits folders")
     demo.add_argument("out", help="the folder to write node-0, node-1, ... into")
     demo.add_argument("--nodes", type=int, default=3)
     demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--images", action="store_true",
+                      help="PNG images for dataset 'custom', formats in turn, and server-test/")
     args = parser.parse_args(argv)
     from .loading import _quiet_datasets
 
     _quiet_datasets()
     if args.command == "demo-folders":
-        for folder in demo_folders(args.out, args.nodes, args.seed):
+        make = demo_image_folders if args.images else demo_folders
+        for folder in make(args.out, args.nodes, args.seed):
             print(folder)
         return 0
+    from run_config import ConfigError
+
+    from .loading import spec_of
     from .own_data import OwnDataError, read_own_data
 
-    spec = DATASET_BY_NAME[args.dataset]
+    try:
+        spec = spec_of({"dataset": args.dataset, "custom-classes": args.classes,
+                        "custom-shape": args.shape, "custom-mean": "", "custom-std": ""})
+    except ConfigError as err:
+        print(f"error: {str(err).replace('run config ', '')} (here: --classes, --shape)",
+              file=sys.stderr)
+        return 2
     try:
         data = read_own_data(args.data_path, spec, args.dataset)
     except OwnDataError as err:
@@ -58,6 +82,19 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _owners(labels, nodes: int, rng):
+    """Each example's node: each label mostly (80 %) to one node, the rest spread."""
+    import numpy as np
+
+    owner = np.empty(len(labels), dtype=np.int64)
+    for label in range(10):
+        idx = np.flatnonzero(labels == label)
+        main = label % nodes
+        others = rng.integers(0, nodes, len(idx))
+        owner[idx] = np.where(rng.random(len(idx)) < 0.8, main, others)
+    return owner
+
+
 def demo_folders(out: str, nodes: int, seed: int = 0) -> list:
     """Digits' examples dealt to `nodes` disjoint folders, label-skewed: each label goes mostly
     (80 %) to one node, the rest spread over the others. Returns the folders."""
@@ -71,19 +108,75 @@ def demo_folders(out: str, nodes: int, seed: int = 0) -> list:
         raise SystemExit("--nodes must be at least 1")
     ds = load_digits_dataset()
     rng = np.random.default_rng(seed)
-    labels = np.asarray(ds["label"])
-    owner = np.empty(len(labels), dtype=np.int64)
-    for label in range(10):
-        idx = np.flatnonzero(labels == label)
-        main = label % nodes
-        others = rng.integers(0, nodes, len(idx))
-        owner[idx] = np.where(rng.random(len(idx)) < 0.8, main, others)
+    owner = _owners(np.asarray(ds["label"]), nodes, rng)
     folders = []
     for node in range(nodes):
         folder = Path(out) / f"node-{node}"
         ds.select(np.flatnonzero(owner == node)).save_to_disk(str(folder))
         folders.append(folder)
     return folders
+
+
+DEMO_FORMATS = ("image folder", "save_to_disk", "parquet")
+# run-config keys of the digits as images (demo_image_folders): dataset 'custom'
+DEMO_CUSTOM = {"dataset": "custom", "custom-classes": 10, "custom-shape": "1,8,8",
+               "custom-mean": "0.3", "custom-std": "0.38", "client-data": "own"}
+
+
+def demo_image_folders(out: str, nodes: int, seed: int = 0) -> list:
+    """Digits as 8x8 grey PNG images (dataset 'custom': DEMO_CUSTOM), a fifth held out as the
+    server's test set (`<out>/server-test`, an image folder), the rest dealt to `nodes` disjoint,
+    label-skewed folders in the formats DEMO_FORMATS in turn. Returns the node folders."""
+    from pathlib import Path
+
+    import numpy as np
+
+    from .digits import load_digits_dataset
+
+    if nodes < 1:
+        raise SystemExit("--nodes must be at least 1")
+    ds = load_digits_dataset()
+    rng = np.random.default_rng(seed)
+    pixels = np.rint(np.asarray(ds["image"], dtype=np.float64).reshape(-1, 8, 8) * 255 / 16)
+    pixels = pixels.astype(np.uint8)
+    labels = np.asarray(ds["label"])
+    test = rng.random(len(labels)) < 0.2
+    _write_images(Path(out) / "server-test", pixels[test], labels[test], "image folder")
+    owner = np.where(test, -1, _owners(labels, nodes, rng))
+    folders = []
+    for node in range(nodes):
+        keep = owner == node
+        folder = Path(out) / f"node-{node}"
+        _write_images(folder, pixels[keep], labels[keep], DEMO_FORMATS[node % 3])
+        folders.append(folder)
+    return folders
+
+
+def _write_images(folder, pixels, labels, fmt: str) -> None:
+    import io
+
+    from PIL import Image as PILImage
+
+    images = [PILImage.fromarray(p, mode="L") for p in pixels]
+    if fmt == "image folder":
+        for i, (img, label) in enumerate(zip(images, labels)):
+            (folder / str(int(label))).mkdir(parents=True, exist_ok=True)
+            img.save(folder / str(int(label)) / f"{i:05d}.png")
+        return
+    from datasets import ClassLabel, Dataset, Features, Image
+
+    feats = Features({"image": Image(), "label": ClassLabel(num_classes=10)})
+    pngs = []
+    for img in images:
+        buf = io.BytesIO()
+        img.save(buf, format="PNG")
+        pngs.append({"bytes": buf.getvalue(), "path": None})
+    ds = Dataset.from_dict({"image": pngs, "label": [int(v) for v in labels]}, features=feats)
+    if fmt == "save_to_disk":
+        ds.save_to_disk(str(folder))
+    else:
+        (folder / "data").mkdir(parents=True, exist_ok=True)
+        ds.to_parquet(str(folder / "data" / "train-00000-of-00001.parquet"))
 
 
 if __name__ == "__main__":

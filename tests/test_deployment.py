@@ -237,13 +237,13 @@ def test_tls_authenticated_deployment_runs_fedacg(deployment, tmp_path):
 @pytest.mark.long
 def test_own_data_deployment_fedacg_and_scaffold_learn(deployment, tmp_path):
     """Four registered SuperNodes on loopback (TLS, node authentication, the fleet proxy), each
-    with only its own folder (node config data-path): three disjoint label-skewed digits folders
-    (save_to_disk twice, the hub's parquet layout once) and one empty folder. FedACG and SCAFFOLD
-    (per-client state keyed by the node's client id) learn from the three; the fourth node's
-    reply is an error naming its folder in every round, and both runs complete."""
-    from datasets import load_from_disk
-
-    from feddata.__main__ import demo_folders
+    with only its own folder (node config data-path): three disjoint label-skewed folders of
+    digits as PNG images (an image folder, a save_to_disk folder, the hub's parquet layout;
+    dataset 'custom') and one empty folder; the server reads its own test folder (test-data).
+    FedACG and SCAFFOLD (per-client state keyed by the node's client id) learn from the three;
+    the fourth node's reply is an error naming its folder in every round, and both runs
+    complete."""
+    from feddata.__main__ import DEMO_CUSTOM, demo_image_folders
 
     procs, creds, port, user = deployment
     conn, py = "secure", sys.executable
@@ -254,14 +254,13 @@ def test_own_data_deployment_fedacg_and_scaffold_learn(deployment, tmp_path):
     out = run(["sh", str(DEPLOY / "register-supernodes.sh"), conn,
                *[str(creds / f"{n}.pub") for n in names]], user)
     assert out.returncode == 0, out.stdout + out.stderr
-    folders = demo_folders(str(tmp_path / "data"), 3)
-    parquet = tmp_path / "data" / "node-2-parquet"  # the same examples in the hub's layout
-    (parquet / "data").mkdir(parents=True)
-    load_from_disk(str(folders[2])).to_parquet(
-        str(parquet / "data" / "train-00000-of-00001.parquet"))
+    folders = demo_image_folders(str(tmp_path / "data"), 3)  # image folder, save_to_disk, parquet
+    assert (folders[0] / "0").is_dir() and (folders[2] / "data").is_dir()
     empty = tmp_path / "data" / "empty"
     empty.mkdir()
-    for i, folder in enumerate([folders[0], folders[1], parquet, empty]):
+    custom = " ".join(f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}"
+                      for k, v in DEMO_CUSTOM.items())
+    for i, folder in enumerate([*folders, empty]):
         procs.start(names[i], [
             "bash", str(DEPLOY / "supernode.sh"), f"127.0.0.1:{port}", str(creds / "ca.crt"),
             str(creds / names[i]), str(i), "4", str(free_port())],
@@ -274,7 +273,8 @@ def test_own_data_deployment_fedacg_and_scaffold_learn(deployment, tmp_path):
     for method in ("fedacg", "scaffold"):
         out = run(["flwr", "run", ".", conn, "--stream", "--run-config",
                    f"method='{method}' num-server-rounds=4 fraction-train=1.0 min-train-nodes=3 "
-                   f"local-iterations=10 model='mlp' out-dir='{runs}' run-name='{method}'"],
+                   f"local-iterations=10 model='mlp' out-dir='{runs}' run-name='{method}' "
+                   f"{custom} test-data='{tmp_path / 'data' / 'server-test'}'"],
                   user, timeout=600, cwd=ROOT)
         assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
         results = json.loads((runs / method / "results.json").read_text())

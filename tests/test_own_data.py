@@ -65,9 +65,9 @@ def test_own_data_local_copies_read_as_the_hub_format(tmp_path, fmt):
 
 
 @pytest.mark.parametrize("make, message", [
-    (lambda p: p / "nowhere", r"data-path '.*nowhere' does not exist: give the node's data"),
+    (lambda p: p / "nowhere", r"data-path '.*nowhere' does not exist: give the folder in its node"),
     (lambda p: (p / "f").write_text("") or p / "f", r"is a file, not a folder"),
-    (lambda p: (p / "e").mkdir() or p / "e", r"'.*e' is empty: put the node's examples there"),
+    (lambda p: (p / "e").mkdir() or p / "e", r"'.*e' is empty: put the examples there"),
     (lambda p: image_folder(p / "m", {12: 1}), r"m/12: label 12 is outside dataset 'cifar10''s "
                                                r"10 classes \[0, 9\]"),
     (lambda p: image_folder(p / "m", {"cats": 1}), r"m/cats: an image folder's subfolders are "
@@ -118,20 +118,21 @@ def duplicates_in_digits() -> int:
 
 
 # --- the apps on own data ------------------------------------------------------------------------
-def run_on_own_data(tmp_path, folders, method, **overrides):
-    """The real ServerApp and one real ClientApp per folder (node config data-path, client-id,
-    num-clients), in this process. Returns results.json."""
+def run_on_own_data(tmp_path, folders, method, ids=True, **overrides):
+    """The real ServerApp and one real ClientApp per folder (node config data-path and, with
+    `ids`, client-id and num-clients), in this process. Returns results.json."""
     import server_app.app as server
     from client_app.app import evaluate, query, train
     from inprocess import InProcessGrid
 
-    rc = {"method": method, "model": "mlp", "num-server-rounds": 8, "fraction-train": 1.0,
+    rc = {"method": method, "client-data": "own", "model": "mlp", "num-server-rounds": 8,
+          "fraction-train": 1.0,
           "local-iterations": 10, "eval-every": 8, "checkpoint-every": 0,
           "min-train-nodes": len(folders), "out-dir": str(tmp_path / "runs"), "run-name": "r",
           **overrides}
     contexts = [Context(run_id=1, node_id=i, state=RecordDict(), run_config=dict(rc),
-                        node_config={"data-path": str(f), "client-id": i,
-                                     "num-clients": len(folders)})
+                        node_config={"data-path": str(f), **({"client-id": i,
+                                     "num-clients": len(folders)} if ids else {})})
                 for i, f in enumerate(folders)]
     functions = {"train": train, "evaluate": evaluate, "query": query}
     grid = InProcessGrid(len(folders), lambda i, msg: functions[msg.metadata.message_type](
@@ -171,5 +172,228 @@ def test_own_data_refuses_feddc_which_needs_every_clients_size(tmp_path, caplog)
 
     folders = demo_folders(str(tmp_path / "data"), 2)
     with pytest.raises(Exception, match="no round of 1-2 aggregated"):
-        run_on_own_data(tmp_path, folders, "feddc", **{"num-server-rounds": 2})
+        # (client-data = 'own' refuses FedDC before the run: the config test below; a node
+        # with its own folder in a run on partitions refuses it itself)
+        run_on_own_data(tmp_path, folders, "feddc", **{"num-server-rounds": 2,
+                                                      "client-data": "partitions"})
     assert "['feddc'] weigh each client by the sizes of every client's partition" in caplog.text
+
+
+# --- data of one's own kind (dataset 'custom'), the server's test set or none, no client ids ----
+def custom_run_config(tmp_path, **extra):
+    from feddata.__main__ import DEMO_CUSTOM
+
+    return {**DEMO_CUSTOM, "test-data": str(tmp_path / "data" / "server-test"), **extra}
+
+
+def test_own_data_custom_dataset_in_three_formats_learns_on_the_servers_test_folder(
+        tmp_path, caplog):
+    from feddata.__main__ import DEMO_FORMATS, demo_image_folders
+
+    folders = demo_image_folders(str(tmp_path / "data"), 3)
+    assert [read_own_data(str(f), custom_spec(), "custom").source for f in folders] == [
+        "image folder", "local copy", "local copy"]  # (DEMO_FORMATS in turn)
+    assert len(DEMO_FORMATS) == 3
+    results = run_on_own_data(tmp_path, folders, "fedacg", **custom_run_config(
+        tmp_path, **{"fraction-evaluate": 1.0, "min-evaluate-nodes": 3, "eval-every": 1}))
+    assert results["status"] == "complete"
+    assert results["summary"]["metric"] == "test-acc"
+    rows = results["rounds"][1:]
+    assert all(0 <= r["fed-acc"] <= 1 for r in rows)  # both, and the EMA follows test-acc
+    ema = [rows[0]["test-acc"]]
+    for r in rows[1:]:
+        ema.append(0.9 * ema[-1] + 0.1 * r["test-acc"])
+    assert np.allclose([r["ema-acc"] for r in rows], ema, rtol=0, atol=1e-12)
+    test_n = sum(1 for _ in (tmp_path / "data" / "server-test").rglob("*.png"))
+    assert f"test set {test_n} examples from {tmp_path / 'data' / 'server-test'}" in caplog.text
+    assert results["rounds"][-1]["test-acc"] > 0.6, results["rounds"][-1]
+
+
+def custom_spec():
+    from feddata.__main__ import DEMO_CUSTOM
+    from feddata.loading import spec_of
+
+    return spec_of(DEMO_CUSTOM)
+
+
+def test_own_data_custom_spec_is_the_declared_one():
+    spec = custom_spec()
+    assert (spec.in_shape, spec.num_classes, spec.mean, spec.std) == ((1, 8, 8), 10, (0.3,),
+                                                                     (0.38,))
+    from feddata.decode import normalize
+
+    x = torch.tensor([[[[0, 255]]]], dtype=torch.uint8)
+    expected = (np.array([0.0, 1.0]) - 0.3) / 0.38
+    assert np.allclose(normalize(x, spec).double().flatten().numpy(), expected, atol=1e-6)
+
+
+def test_own_data_without_a_server_test_set_the_runs_metric_is_federated_evaluation(
+        tmp_path, caplog):
+    from feddata.__main__ import demo_image_folders
+
+    folders = demo_image_folders(str(tmp_path / "data"), 3)
+    caplog.set_level("INFO")
+    results = run_on_own_data(tmp_path, folders, "fedacg", **custom_run_config(
+        tmp_path, **{"test-data": "none", "fraction-evaluate": 1.0, "min-evaluate-nodes": 3,
+                     "num-server-rounds": 5, "eval-every": 1}))
+    rows = results["rounds"][1:]
+    assert results["summary"]["metric"] == "fed-acc"
+    assert all("test-acc" not in r for r in results["rounds"])
+    fed = [r["fed-acc"] for r in rows]
+    ema = [fed[0]]  # EMA_t = 0.9 EMA_{t-1} + 0.1 acc_t from the first measured round
+    for acc in fed[1:]:
+        ema.append(0.9 * ema[-1] + 0.1 * acc)
+    assert np.allclose([r["ema-acc"] for r in rows], ema, rtol=0, atol=1e-12)
+    assert results["summary"]["final-fed-acc"] == fed[-1] > 0.5
+    assert results["summary"]["final-test-acc"] is None
+    assert "no server test set (test-data = 'none'): the run's metric is fed-acc" in caplog.text
+    assert f"[round 5/5] fed-acc {fed[-1]:.4f} | ema-acc" in caplog.text
+    assert "Done: 5 rounds" in caplog.text and f"fed-acc {100 * fed[-1]:.1f}%" in caplog.text
+    assert (tmp_path / "runs" / "r" / "accuracy.png").is_file()
+    from reporting.status import describe, run_state
+
+    assert f"fed-acc {fed[-1]:.4f}" in describe(run_state(tmp_path / "runs" / "r"))
+
+
+def test_own_data_fed_acc_is_the_example_weighted_mean_of_the_clients_accuracies():
+    """The recorder's fed-acc against a hand computation of three clients' replies."""
+    from flwr.app import MetricRecord
+    from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords
+
+    from server_app.results import RunRecorder
+
+    recorder = RunRecorder.__new__(RunRecorder)
+    recorder.aggregate_fn = aggregate_metricrecords
+    replies = [RecordDict({"metrics": MetricRecord({"num-examples": n, "eval-acc": a,
+                                                    "eval-loss": 1.0 - a})})
+               for n, a in ((10, 0.5), (30, 0.9), (60, 0.2))]
+    recorder.eval_metrics(replies, "num-examples")
+    expected = (10 * 0.5 + 30 * 0.9 + 60 * 0.2) / 100
+    assert recorder.last_eval["fed-acc"] == pytest.approx(expected, abs=1e-12)
+    assert recorder.last_eval["fed-loss"] == pytest.approx(1 - expected, abs=1e-12)
+
+
+@pytest.mark.parametrize("method", ["scaffold", "feddyn"])
+def test_own_data_nodes_without_client_ids_get_slots_and_the_rules_take_n_from_the_run(
+        tmp_path, caplog, method):
+    from feddata.__main__ import demo_folders
+
+    folders = demo_folders(str(tmp_path / "data"), 3)
+    caplog.set_level("INFO")
+    results = run_on_own_data(tmp_path, folders, method, ids=False,
+                              **{"num-clients": 5, "num-server-rounds": 6})
+    assert results["status"] == "complete"
+    slots = sorted(int(line.split(" is client ")[1].split()[0])
+                   for line in caplog.text.splitlines() if "(own data, no client-id)" in line)
+    assert slots == [0, 1, 2]
+    assert "of 5" in caplog.text
+    assert all(r["train-replies"] == 3 for r in results["rounds"][1:])
+    assert results["rounds"][-1]["test-acc"] > 0.5
+
+
+def anonymous_grid(n: int):
+    """n nodes with own data and no client-id (they answer queries only)."""
+    from flwr.app import MetricRecord
+
+    from fakegrid import FakeGrid
+
+    def handler(index, msg):
+        assert msg.metadata.message_type == "query"
+        return RecordDict({"metrics": MetricRecord({"simulated": 0, "own-data": 1})})
+
+    return FakeGrid(n, handler)
+
+
+@pytest.mark.parametrize("num_clients", [0, 4])
+def test_own_data_a_late_node_gets_a_free_slot_or_is_refused_naming_num_clients(
+        num_clients, caplog):
+    from flwr.app import ArrayRecord, ConfigRecord
+
+    from strategy_helpers import LookaheadFedAvg
+
+    grid = anonymous_grid(3)
+    strategy = LookaheadFedAvg(seed=0, identify_nodes=True, fraction_train=1.0,
+                               min_train_nodes=2, fraction_evaluate=0.0)
+    strategy.nodes.num_slots = strategy.nodes.num_clients = num_clients
+    arrays = ArrayRecord({"w": torch.zeros(2)})
+    first = list(strategy.configure_train(1, arrays, ConfigRecord(), grid))
+    slot = {m.metadata.dst_node_id: m.content["config"]["client-slot"] for m in first}
+    assert sorted(slot.values()) == [0, 1, 2]
+    assert {m.content["config"]["num-clients"] for m in first} == {num_clients or 3}
+    grid.node_ids.append(max(grid.node_ids) + 1)  # a node joins
+    late = grid.node_ids[-1]
+    second = list(strategy.configure_train(2, arrays, ConfigRecord(), grid))
+    sent = {m.metadata.dst_node_id: m.content["config"]["client-slot"] for m in second}
+    if num_clients:
+        assert sent[late] == 3 and {k: v for k, v in sent.items() if k != late} == slot
+    else:
+        assert late not in sent and sent == slot
+        assert "client slots are taken: raise num-clients" in caplog.text
+
+
+def test_own_data_client_without_a_data_path_in_an_own_data_run_is_told_the_fix(tmp_path):
+    from flwr.app import ArrayRecord, ConfigRecord, Message
+
+    from client_app.app import train
+    from feddata.__main__ import DEMO_CUSTOM
+
+    rc = {**DEMO_CUSTOM, "test-data": "none", "fraction-evaluate": 1.0}
+    msg = Message(RecordDict({"arrays": ArrayRecord({}), "config": ConfigRecord(
+        {"lr": 0.1, "server-round": 1})}), dst_node_id=1, message_type="train")
+    ctx = Context(run_id=1, node_id=1, node_config={"partition-id": 0, "num-partitions": 2},
+                  state=RecordDict(), run_config=rc)
+    with pytest.raises(ValueError, match="client-data = 'own'.*no data-path"):
+        train(msg, ctx)
+
+
+@pytest.mark.parametrize("config, message", [
+    ({"dataset": "custom", "client-data": "own", "test-data": "none", "fraction-evaluate": 0.5},
+     r"'custom-classes' = 0: dataset = 'custom' needs its number of classes"),
+    ({"dataset": "custom", "custom-classes": 10, "custom-shape": "2,8,8", "client-data": "own",
+      "test-data": "none", "fraction-evaluate": 0.5}, r"C = 1 \(grey\) or 3"),
+    ({"dataset": "custom", "custom-classes": 10, "custom-shape": "3,8,8", "custom-mean": "0.5",
+      "client-data": "own", "test-data": "none", "fraction-evaluate": 0.5},
+     r"'custom-mean' = '0.5' has 1 value\(s\) and the images 3 channel"),
+    ({"dataset": "custom", "custom-classes": 10, "custom-shape": "1,8,8", "test-data": "none",
+      "fraction-evaluate": 0.5}, r"set client-data='own'"),
+    ({"dataset": "custom", "custom-classes": 10, "custom-shape": "1,8,8", "client-data": "own"},
+     r"has no test split to read: set test-data to a folder on the server, or to 'none'"),
+    ({"custom-classes": 10}, r"'custom-classes' = 10 declares a custom dataset, and dataset = "
+                             r"'digits'"),
+    ({"test-data": "none"}, r"'test-data' = 'none' .* fraction-evaluate = 0 turns it off"),
+    ({"client-data": "own", "method": "feddc"}, r"\['feddc'\] .* weigh each client by every "
+                                                r"client's partition size"),
+    ({"client-data": "own", "partitioner": "iid"}, r"'partitioner' = 'iid' splits a dataset"),
+])
+def test_own_data_config_is_checked_before_the_run(config, message):
+    from run_config import ConfigError, resolve
+
+    with pytest.raises(ConfigError, match=message):
+        resolve(config)
+
+
+def test_own_data_slots_given_by_the_server_are_kept_in_checkpoints():
+    """A resumed run gives each node without a client id the slot (and so the state) it had."""
+    from flwr.app import ArrayRecord, ConfigRecord
+
+    from strategy_helpers import LookaheadFedAvg
+
+    def strategy():
+        return LookaheadFedAvg(seed=0, identify_nodes=True, fraction_train=1.0,
+                               min_train_nodes=2, fraction_evaluate=0.0)
+
+    grid = anonymous_grid(4)
+    arrays = ArrayRecord({"w": torch.zeros(2)})
+    before = strategy()
+    sent = before.configure_train(1, arrays, ConfigRecord(), grid)
+    slots = {m.metadata.dst_node_id: m.content["config"]["client-slot"] for m in sent}
+    state = before.nodes.state_dict()
+    after = strategy()
+    after.nodes.load_state_dict(state)
+    asked = len(grid.queries)
+    first = min(slots, key=slots.get)
+    grid.node_ids.remove(first)  # the node of slot 0 is gone: the others keep theirs
+    again = after.configure_train(2, arrays, ConfigRecord(), grid)
+    assert {m.metadata.dst_node_id: m.content["config"]["client-slot"] for m in again} == {
+        n: s for n, s in slots.items() if n != first}
+    assert len(grid.queries) == asked  # and no node is asked again
