@@ -208,7 +208,8 @@ def test_compose_demo_runs_two_rounds(tmp_path):
 
         t = time.monotonic()
         out = run(["flwr", "run", ".", "compose-test", "--stream", "--run-config",
-                   "num-server-rounds=2 fraction-train=1.0 run-name='compose-test'"], env,
+                   "num-server-rounds=2 fraction-train=1.0 run-name='compose-test' "
+                   "client-data='own'"], env,
                   timeout=900, cwd=ROOT)
         phases["flwr run (2 rounds)"] = time.monotonic() - t
         assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:] + logs(compose, env)
