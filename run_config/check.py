@@ -39,7 +39,23 @@ def check(run_config: Mapping[str, Any], num_supernodes: int | None = None,
         check_federation(cfg, num_supernodes)
     if disk:
         check_out_dir(cfg)
+        check_test_data(cfg)
     return cfg
+
+
+def check_test_data(cfg: Mapping[str, Any]) -> None:
+    """ConfigError when test-data names a folder that is not one on this (the server's)
+    machine; its contents are read and checked when the run starts."""
+    from pathlib import Path
+
+    if cfg["test-data"] in ("dataset", "none"):
+        return
+    path = Path(cfg["test-data"]).expanduser()
+    if not path.is_dir():
+        what = "is a file, not a folder" if path.exists() else "does not exist"
+        raise ConfigError(f"run config 'test-data' = '{cfg['test-data']}' {what} here: give the "
+                          "folder of the server's test set on the machine that runs the "
+                          "ServerApp, 'dataset' (the dataset's test split) or 'none'.")
 
 
 def check_federation(cfg: Mapping[str, Any], num_supernodes: int) -> None:

@@ -397,3 +397,14 @@ def test_own_data_slots_given_by_the_server_are_kept_in_checkpoints():
     assert {m.metadata.dst_node_id: m.content["config"]["client-slot"] for m in again} == {
         n: s for n, s in slots.items() if n != first}
     assert len(grid.queries) == asked  # and no node is asked again
+
+
+def test_own_data_check_command_looks_for_the_servers_test_folder(tmp_path):
+    from run_config import ConfigError
+    from run_config.check import check
+
+    config = {"test-data": str(tmp_path / "nowhere"), "out-dir": str(tmp_path / "runs")}
+    with pytest.raises(ConfigError, match=r"'test-data' = '.*nowhere' does not exist here"):
+        check(config, disk=True)
+    (tmp_path / "nowhere").mkdir()
+    assert check(config, disk=True)["test-data"] == str(tmp_path / "nowhere")
