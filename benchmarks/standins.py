@@ -308,7 +308,16 @@ def ensure(name: str, scale: float = 1.0, data_dir: Path | None = None, seed: in
     pass as dataset-path."""
     if name not in WRITERS:
         raise ValueError(f"no stand-in for {name!r}; one of {list(WRITERS)}")
+    import fcntl
+
     folder = folder_of(name, scale, data_dir)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with open(folder.parent / f".{folder.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one writer; the others wait and reuse its copy
+        return _ensure(name, scale, folder, seed, log)
+
+
+def _ensure(name: str, scale: float, folder: Path, seed: int, log) -> Path:
     marker = folder / "standin.json"
     if marker.exists():
         try:
@@ -317,7 +326,6 @@ def ensure(name: str, scale: float = 1.0, data_dir: Path | None = None, seed: in
         except (OSError, ValueError):
             pass
     shutil.rmtree(folder, ignore_errors=True)
-    folder.parent.mkdir(parents=True, exist_ok=True)
     log(f"making the stand-in copy of {name} (scale {scale:g}) in {folder} ...")
     t = time.perf_counter()
     rng = np.random.default_rng([seed, sum(name.encode())])
