@@ -105,7 +105,9 @@ def mean_train_examples(setup: dict, data: Path) -> float:
 def run_config_of(setup: dict, method: str, data: Path, out: Path, name: str, rounds: int,
                   quick: bool, steps: int, test_subset: int) -> dict:
     cfg = {"setup": setup["name"], "dataset-path": str(data), "num-server-rounds": rounds,
-           "out-dir": str(out), "run-name": name, "checkpoint-every": 0, "plot-every": 0}
+           "out-dir": str(out), "run-name": name, "plot-every": 0,
+           # one checkpoint, at the last round: its cost and size are part of the rehearsal
+           "checkpoint-every": rounds}
     if method != setup["method"]:
         cfg["method"] = method
     if quick:
@@ -116,7 +118,8 @@ def run_config_of(setup: dict, method: str, data: Path, out: Path, name: str, ro
 def flwr_run(link, run_config: dict, federation: str, timeout: float, every: float = 2.0):
     """`flwr run .` on `link`: (returncode, output tail, wall seconds, peak MB of the
     SuperLink's process tree)."""
-    text = " ".join(f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}"
+    text = " ".join(f"{k}={v!r}" if isinstance(v, str) else
+                    f"{k}={str(v).lower()}" if isinstance(v, bool) else f"{k}={v}"
                     for k, v in run_config.items())
     peak, stop = [0.0], threading.Event()
 
@@ -169,7 +172,7 @@ def measure(setup_name: str, method: str | None, args, log=print) -> dict:
                                args.steps, args.test_subset)
     if method in ("scaffold", "fedvarp", "feddc", "moon", "fedcm") or \
             method.startswith("feddyn"):
-        run_config.setdefault("allow-untested-combinations", "true")
+        run_config.setdefault("allow-untested-combinations", True)
     federation = f"num-supernodes={n} client-resources-num-cpus={os.cpu_count() or 1}"
     link = LocalSuperLink()
     link.env["FEDACG_CACHE_DIR"] = str(cache)
@@ -256,6 +259,16 @@ def plan(args) -> list[tuple[str, str | None]]:
     return pairs
 
 
+def why(run: dict) -> str:
+    """One line of a failed run's error: the first that says what failed."""
+    import re
+
+    text = re.sub(r"\x1b\[[0-9;]*m", "", run.get("error") or "")
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    said = [ln for ln in lines if "failed" in ln.lower() or "error" in ln.lower()]
+    return ((said or lines or ["no output"])[0])[:160].replace("|", "/")
+
+
 def table(runs: list[dict]) -> str:
     head = ("| set-up | method | clients | status | s/round (train, eval, rest) | s/step | "
             "peak host MB | disk MB | MB/round | projected h |")
@@ -266,8 +279,7 @@ def table(runs: list[dict]) -> str:
                   f"{r['server-seconds']})")
         else:
             sr = "-"
-        status = r["status"] if r["status"] == "ok" else \
-            f"{r['status']}: {(r.get('error') or '').strip().splitlines()[-1:] or ''}"
+        status = r["status"] if r["status"] == "ok" else f"{r['status']}: {why(r)}"
         lines.append(f"| `{r['setup']}` | {r['method']} | {r['clients']} | {status} | {sr} | "
                      f"{r.get('step-seconds', '-')} | {r.get('peak-host-mb', '-')} | "
                      f"{r.get('disk-mb', '-')} | {r.get('mb-per-round', '-')} | "
@@ -316,3 +328,40 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+RESULTS = ROOT / "docs" / "rehearsal.json"  # the figures docs/setups.md shows
+
+
+def _hours(r: dict) -> str:
+    return "-" if r.get("projected-hours") is None else f"{r['projected-hours']:,}"
+
+
+def markdown_section(doc: dict | None = None) -> str:
+    """docs/setups.md's rehearsal section: every set-up (and the stateful baselines) with the
+    figures of `doc` (default: docs/rehearsal.json), 'not run' where it has none."""
+    from run_config.setups import load_setup, setup_names
+
+    if doc is None:
+        doc = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"runs": []}
+    runs = {(r["setup"], r["method"]): r for r in doc.get("runs", [])}
+    head = ["| set-up | method | clients | quick pass | s/round (train, eval, rest) | s/step | "
+            "peak host MB | disk MB | MB/round | projected h, this CPU | GPU |",
+            "| " + " | ".join(["---"] * 11) + " |"]
+    lines = []
+    pairs = [(n, load_setup(n)["method"]) for n in setup_names()]
+    pairs += [k for k in runs if k not in pairs]
+    for name, method in pairs:
+        r = runs.get((name, method))
+        clients = load_setup(name)["num-supernodes"]
+        if r is None:
+            lines.append(f"| `{name}` | {method} | {clients} | not run | - | - | - | - | - | - "
+                         "| - |")
+            continue
+        status = "ok" if r["status"] == "ok" else f"{r['status']} ({why(r)})"
+        sr = (f"{r['round-seconds']} ({r['train-seconds']}, {r['eval-seconds']}, "
+              f"{r['server-seconds']})") if "round-seconds" in r else "-"
+        lines.append(f"| `{name}` | {method} | {clients} | {status} | {sr} | "
+                     f"{r.get('step-seconds', '-')} | {r.get('peak-host-mb', '-'):,} | "
+                     f"{r.get('disk-mb', '-')} | {r.get('mb-per-round', '-')} | {_hours(r)} | - |")
+    return "\n".join(head + lines)
