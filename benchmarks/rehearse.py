@@ -333,6 +333,10 @@ if __name__ == "__main__":
 RESULTS = ROOT / "docs" / "rehearsal.json"  # the figures docs/setups.md shows
 
 
+def _num(value) -> str:
+    return "-" if value is None else f"{value:,}"
+
+
 def _hours(r: dict) -> str:
     return "-" if r.get("projected-hours") is None else f"{r['projected-hours']:,}"
 
@@ -362,6 +366,6 @@ def markdown_section(doc: dict | None = None) -> str:
         sr = (f"{r['round-seconds']} ({r['train-seconds']}, {r['eval-seconds']}, "
               f"{r['server-seconds']})") if "round-seconds" in r else "-"
         lines.append(f"| `{name}` | {method} | {clients} | {status} | {sr} | "
-                     f"{r.get('step-seconds', '-')} | {r.get('peak-host-mb', '-'):,} | "
+                     f"{r.get('step-seconds', '-')} | {_num(r.get('peak-host-mb'))} | "
                      f"{r.get('disk-mb', '-')} | {r.get('mb-per-round', '-')} | {_hours(r)} | - |")
     return "\n".join(head + lines)

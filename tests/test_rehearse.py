@@ -3,6 +3,7 @@ feddata's real path, and benchmarks/rehearse.py's --json shape (a `runs` list, a
 run) from a real `flwr run` of a small set-up (marked slow: it starts Flower processes)."""
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -98,13 +99,14 @@ def test_a_complete_copy_is_reused_and_an_incomplete_one_rebuilt(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.long  # about 40 s on an idle 2-core box, over a minute on a busy one
 def test_rehearse_json_has_a_status_per_run(tmp_path):
     """One quick rehearsal of a GC-Fed CNN set-up (100 clients) on a small stand-in through
     `flwr run` on a SuperLink of its own: the --json file lists the run with status 'ok' and its
     figures; a set-up that cannot run (its method unknown) is listed as failed, not dropped."""
     out = tmp_path / "r.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.rehearse", "--quick", "--scale", "0.02",
+        [sys.executable, "-m", "benchmarks.rehearse", "--quick", "--scale", "0.1",
          "--data-dir", str(tmp_path / "data"), "--work-dir", str(tmp_path),
          "--setups", "gcfed-t5-cifar10-5of100-lda0.1", "--methods", "gcfed,no-such-method",
          "--test-subset", "64", "--timeout", "300", "--json", str(out)],
@@ -119,3 +121,42 @@ def test_rehearse_json_has_a_status_per_run(tmp_path):
     assert ok["peak-host-mb"] > 100 and ok["mb-per-round"] > 0
     assert doc["runs"][1]["error"]
     assert proc.returncode == 1  # not every run ok
+
+
+def test_projection_and_docs_table_from_a_round_row(tmp_path):
+    """The figures of a run from its results.json rows: the round split into training (mean
+    client seconds x clients), evaluation and the rest; the full run projected from the quick
+    cuts (full local steps, the whole test set); the docs table lists every set-up, 'not run'
+    where there is no figure, and a failed run with the line that says why."""
+    from argparse import Namespace
+
+    from benchmarks.rehearse import figures, markdown_section
+    from run_config.setups import load_setup, setup_names
+
+    data = standins.ensure("cifar10", SCALE, tmp_path, log=lambda *_: None)
+    setup = load_setup("fedacg-t1a-cifar10")  # 100 clients, 5 a round, batch 50, 5 epochs
+    rows = [{"round": 1, "seconds": 30.0}, {"round": 2, "seconds": 20.0, "train-seconds": 3.0,
+                                            "train-local-steps": 2, "eval-seconds": 4.0,
+                                            "clients-replied": 5, "bytes-down": 2e6,
+                                            "bytes-up": 1e6}]
+    args = Namespace(quick=True, test_subset=2)
+    f = figures(rows, setup, "fedacg", data, args)
+    assert (f["train-seconds"], f["eval-seconds"], f["server-seconds"]) == (15.0, 4.0, 1.0)
+    assert f["step-seconds"] == 1.5 and f["mb-per-round"] == 3.0
+    n_train, n_test = (max(2, round(n * SCALE)) for n in (50_000, 10_000))
+    steps = 5 * math.ceil(n_train / 100 / 50)  # 5 epochs of n / 100 clients in batches of 50
+    assert f["full-local-steps"] == steps
+    full_round = 5 * steps * 1.5 + 4.0 * n_test / 2 + 1.0
+    assert f["projected-round-seconds"] == round(full_round, 1)
+    assert f["projected-hours"] == round(1000 * full_round / 3600, 1)
+    doc = {"runs": [{"setup": "fedacg-t1a-cifar10", "method": "fedacg", "status": "ok", **f,
+                     "peak-host-mb": 4191, "disk-mb": 57.5},
+                    {"setup": "fedacg-t7-femnist", "method": "fedacg", "status": "failed",
+                     "error": "INFO: x\n\x1b[91mERROR\x1b[0m: Run failed: out of memory\nmore"}]}
+    page = markdown_section(doc)
+    rows_md = [ln for ln in page.splitlines() if ln.startswith("| `")]
+    assert len(rows_md) == len(setup_names())
+    assert "| `fedacg-t1a-cifar10` | fedacg | 100 | ok | 20.0 (15.0, 4.0, 1.0) |" in page
+    assert "| `fedacg-t7-femnist` | fedacg | 2000 | failed (ERROR: Run failed: out of memory)" \
+        in page
+    assert sum("| not run |" in ln for ln in rows_md) == len(setup_names()) - 2
