@@ -126,6 +126,29 @@ def plain_block(w: Workload, rounds: int) -> dict:
 
 def _tree_rss_mb(root: int) -> float:
     """Resident memory of `root` and every process under it (Linux /proc)."""
+    return sum(_tree_rss_by_process(root).values())
+
+
+def _label(pid: int) -> str:
+    """A process's short name: `ray::ClientAppActor`, `flwr-simulation`, `raylet`, ..."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+    except OSError:
+        return "?"
+    if not argv:
+        return "?"
+    if argv[0].startswith("ray::"):
+        return argv[0].split()[0].split(".")[0]
+    name = os.path.basename(argv[0])
+    if name.startswith("python") and len(argv) > 1:
+        script = next((a for a in argv[1:] if not a.startswith("-")), argv[1])
+        name = os.path.basename(script)
+    return " ".join(name.split())[:40]
+
+
+def _tree_rss_by_process(root: int) -> dict[str, float]:
+    """MB per process name of `root`'s tree (Linux /proc), e.g. {'raylet': 30.1, ...}."""
     parent, rss = {}, {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -144,18 +167,25 @@ def _tree_rss_mb(root: int) -> float:
             if ppid == node and pid not in tree:
                 tree.add(pid)
                 todo.append(pid)
-    return sum(rss.get(p, 0) for p in tree) / 2**20
+    out: dict[str, float] = {}
+    for p in tree:
+        if rss.get(p):
+            label = f"{_label(p)} {p}"
+            out[label] = rss[p] / 2**20
+    return out
 
 
 def flwr_run_peak(link, run_config: str, federation: str, every: float = 0.5) -> tuple:
     """`flwr run .` on `link` (a running LocalSuperLink): (the finished process, wall seconds,
     peak host MB of the SuperLink's whole process tree, sampled every `every` seconds)."""
-    peak = [0.0]
+    peak = [0.0, {}]
     stop = threading.Event()
 
     def sample():
         while not stop.wait(every):
-            peak[0] = max(peak[0], _tree_rss_mb(link.proc.pid))
+            parts = _tree_rss_by_process(link.proc.pid)
+            if sum(parts.values()) > peak[0]:
+                peak[0], peak[1] = sum(parts.values()), parts
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
@@ -167,6 +197,9 @@ def flwr_run_peak(link, run_config: str, federation: str, every: float = 0.5) ->
     wall = time.perf_counter() - t
     stop.set()
     sampler.join()
+    flwr_run_peak.breakdown = {k.rsplit(" ", 1)[0]: 0.0 for k in peak[1]}
+    for k, mb in peak[1].items():  # MB per process name at the peak (summed over same names)
+        flwr_run_peak.breakdown[k.rsplit(" ", 1)[0]] += mb
     return proc, wall, peak[0]
 
 
@@ -205,7 +238,8 @@ def app_run(w: Workload, rounds: int, data: Path, out: Path, gpus_per_client: fl
             # mean client train-seconds x clients: the local training inside each round
             "train-seconds": [r.get("train-seconds", 0.0) * w.clients
                               for r in rows if r["round"] > 0],
-            "wall-seconds": wall, "peak-host-mb": peak_mb}
+            "wall-seconds": wall, "peak-host-mb": peak_mb,
+            "peak-breakdown-mb": dict(getattr(flwr_run_peak, "breakdown", {}))}
 
 
 def interleaved(w: Workload, blocks: int, rounds: int, data: Path, out: Path,
@@ -237,11 +271,42 @@ def interleaved(w: Workload, blocks: int, rounds: int, data: Path, out: Path,
                     app["round-seconds"].append(a["round-seconds"][1:])
                     app["train-seconds"].append(a["train-seconds"][1:])
                     app["wall-seconds"].append(a["wall-seconds"])
+                    if a["peak-host-mb"] > app["peak-host-mb"]:
+                        app["peak-breakdown-mb"] = a["peak-breakdown-mb"]
                     app["peak-host-mb"] = max(app["peak-host-mb"], a["peak-host-mb"])
                 print(f"  block {b + 1}/{blocks} {side}: " + ", ".join(
                     f"{t:.2f}" for t in (plain if side == "plain" else app)["round-seconds"][-1])
                     + " s/round", flush=True)
     return plain, app
+
+
+def in_process_block(w: Workload, rounds: int) -> dict:
+    """The app in the in-process runtime (no SuperLink, no Ray), `rounds` rounds, in a fresh
+    process: its peak host memory (ru_maxrss), to hold against the simulation's."""
+    out = subprocess.run([sys.executable, "-m", "benchmarks.sim_vs_loop", "--in-process-block",
+                          w.name, "--rounds", str(rounds)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=7200, check=False,
+                         start_new_session=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"the in-process run failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _in_process_run(w: Workload, rounds: int) -> dict:
+    from inprocess import run_in_process
+
+    with tempfile.TemporaryDirectory(prefix="bench-inprocess-") as tmp:
+        data = make_cifar_copy(Path(tmp) / "data", w.clients * w.samples, 100)
+        os.environ["FEDACG_CACHE_DIR"] = str(Path(tmp) / "cache")
+        run_in_process(app_config(w, rounds, data, Path(tmp) / "out", w.name), w.clients)
+        rows = json.loads((Path(tmp) / "out" / w.name / "results.json").read_text())["rounds"]
+    return {"round-seconds": [r["seconds"] for r in rows if r["round"] > 0],
+            "peak-host-mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def model_mb(w: Workload) -> float:
+    model = build_model(w.model, (3, w.image, w.image), 10, seed=0)
+    return sum(p.numel() * p.element_size() for p in model.state_dict().values()) / 2**20
 
 
 def aggregation_ms(n: int = 10, repeats: int = 3) -> dict:
@@ -286,6 +351,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     parser.add_argument("--no-aggregation", action="store_true", help="skip the aggregation timing")
     parser.add_argument("--plain-block", help=argparse.SUPPRESS)  # (the plain loop's process)
+    parser.add_argument("--in-process-block", help=argparse.SUPPRESS)  # (the in-process app)
     args = parser.parse_args()
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -293,6 +359,10 @@ def main() -> None:
     if args.plain_block:
         w = TINY if args.plain_block == TINY.name else WORKLOADS[args.plain_block]
         print(json.dumps(plain_loop(w, args.rounds, device)))
+        return
+    if args.in_process_block:
+        w = TINY if args.in_process_block == TINY.name else WORKLOADS[args.in_process_block]
+        print(json.dumps(_in_process_run(w, args.rounds)))
         return
     gpus = (args.gpus_per_client if args.gpus_per_client is not None
             else (0.25 if device.type == "cuda" else 0.0))
@@ -319,15 +389,22 @@ def main() -> None:
         for w in workloads:
             data = make_cifar_copy(Path(tmp) / f"data-{w.name}", w.clients * w.samples, 100)
             plain, app = interleaved(w, blocks, rounds, data, Path(tmp) / "runs", gpus, niceness)
-            results["workloads"][w.name] = {"workload": asdict(w), "plain": plain, "app": app,
-                                            **figures(plain, app, w)}
+            inproc = in_process_block(w, 1 + rounds)
+            results["workloads"][w.name] = {
+                "workload": asdict(w), "plain": plain, "app": app, "in-process": inproc,
+                "model-mb": model_mb(w),
+                # the memory goal: twice the plain loop's peak plus the models (the server's
+                # and the running client's copy)
+                "memory-goal-mb": 2 * plain["peak-host-mb"] + 2 * model_mb(w),
+                **figures(plain, app, w)}
     if not args.no_aggregation:
         results["aggregation-10-resnet18"] = aggregation_ms()
     info["load-average-end"] = list(os.getloadavg())
     header = ("| workload | plain s/round | app s/round | app training s/round | app round 1 s "
               "| eta (median of pairs) | eta spread (min-max) | pairs | overhead s/round "
-              "| plain peak host MB | app peak host MB | plain peak device MB |")
-    print("\n" + header + "\n" + "| --- " * 12 + "|")
+              "| plain peak host MB | app peak host MB | plain peak device MB "
+              "| app in-process peak host MB | memory goal MB (2 x plain + models) |")
+    print("\n" + header + "\n" + "| --- " * 14 + "|")
     for name, r in results["workloads"].items():
         dev = r["plain"]["peak-device-mb"]
         lo, hi = r["eta-spread"]
@@ -336,7 +413,12 @@ def main() -> None:
               f"{r['eta']:.3f} | {lo:.3f}-{hi:.3f} | {len(r['pair-ratios'])} | "
               f"{r['overhead-s-per-round']:+.2f} | "
               f"{r['plain']['peak-host-mb']:.0f} | {r['app']['peak-host-mb']:.0f} | "
-              f"{'n/a' if dev is None else f'{dev:.0f}'} |")
+              f"{'n/a' if dev is None else f'{dev:.0f}'} | "
+              f"{r['in-process']['peak-host-mb']:.0f} | {r['memory-goal-mb']:.0f} |")
+    for name, r in results["workloads"].items():
+        parts = sorted(r["app"].get("peak-breakdown-mb", {}).items(), key=lambda kv: -kv[1])
+        print(f"{name}: the simulation's peak by process: "
+              + ", ".join(f"{k} {mb:.0f}" for k, mb in parts) + " MB")
     print("load average: {:.2f} at the start, {:.2f} at the end (1 min)".format(
         info["load-average"][0], info["load-average-end"][0]))
     if "aggregation-10-resnet18" in results:

@@ -69,7 +69,7 @@ class FedVARPRule(ServerRule):
                                "clients' updates); set aggregation = 'uniform'")
         self.eta = float(cfg["eta"])
         self.limit_mb = float(cfg["fedvarp-memory-mb"])
-        self.folder = cfg.get("out-dir") or "."
+        self.folder = os.path.expanduser(cfg.get("out-dir") or ".")
         self.theta = self.y = self.table = None
         self.seen: set[int] = set()  # clients whose y_j is not 0 (any more)
 
@@ -147,15 +147,60 @@ class FedVARPRule(ServerRule):
         if self.table is not None:  # rows of clients never seen are 0: only the others are kept
             seen = sorted(self.seen)
             state["fedvarp"] = {"y": self.y.clone(), "num-clients": self.table.rows,
-                                "clients": seen, "rows": self.table.data[seen].clone()}
+                                "clients": seen}
+            if self.table.on_disk:  # a table beyond memory: its rows go to a file of their own
+                state["fedvarp"]["rows-file"] = self._write_rows(seen)
+            else:
+                state["fedvarp"]["rows"] = self.table.data[seen].clone()
         return state
+
+    def _write_rows(self, seen: list[int]) -> str:
+        """The seen rows, streamed row by row into `<out-dir>/fedvarp-rows-<token>.f32` (written
+        whole, then renamed): a checkpoint of a table on disk names this file instead of holding
+        the rows (500 clients x ResNet-18 = 22 GB: copied into the checkpoint's memory it would
+        not fit the host). The file of the previous checkpoint is kept (that checkpoint stays the
+        one to resume from until the next is written); older ones are deleted."""
+        import uuid
+
+        name = f"fedvarp-rows-{uuid.uuid4().hex}.f32"
+        path = os.path.join(self.folder, name)
+        os.makedirs(self.folder, exist_ok=True)
+        with open(path + ".tmp", "wb") as f:
+            for j in seen:
+                f.write(self.table.data[j].numpy().tobytes())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(path + ".tmp", path)
+        self.row_files = getattr(self, "row_files", []) + [path]
+        for old in self.row_files[:-2]:
+            try:
+                os.unlink(old)
+            except OSError:
+                pass
+        self.row_files = self.row_files[-2:]
+        return name
 
     def state_to_check(self) -> dict[str, Any]:
         """theta and y, no copies (y is the mean of the table's rows: a non-finite row makes it
         non-finite too; copying the table every round could cost gigabytes)."""
         return {"theta": self.theta, **({"fedvarp-y": self.y} if self.y is not None else {})}
 
+    def _read_rows(self, name: str, count: int):
+        """The rows a checkpoint's `rows-file` holds, memory-mapped (read row by row)."""
+        import numpy as np
+
+        path = os.path.join(self.folder, os.path.basename(name))
+        cols = self.table.cols
+        if not os.path.exists(path) or os.path.getsize(path) != count * cols * 4:
+            raise ValueError(f"the checkpoint's FedVARP table file {path} is missing or not "
+                             f"{count} rows of {cols} floats: it is written beside the run "
+                             "folders (out-dir) with each checkpoint; resume from the out-dir "
+                             "that holds it")
+        self.row_files = [path]
+        return np.memmap(path, dtype=np.float32, mode="r", shape=(count, cols))
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        import torch
         from flwr.app import ArrayRecord
 
         if "theta" not in state:
@@ -167,8 +212,11 @@ class FedVARPRule(ServerRule):
         if saved is not None:
             self._table(int(saved["num-clients"]))
             self.y = saved["y"].clone()
+            rows = saved.get("rows")
+            if "rows-file" in saved:  # the rows in a file of their own (a table on disk)
+                rows = self._read_rows(saved["rows-file"], len(saved["clients"]))
             for row, j in enumerate(saved["clients"]):
-                self.table[j] = saved["rows"][row]
+                self.table[j] = torch.as_tensor(rows[row])
             self.seen = set(saved["clients"])
 
 

@@ -252,9 +252,11 @@ class RunRecorder:
         row: dict[str, Any] = {"round": server_round}
         if due and self.test is not None:
             # views of the record: one copy, into the model
+            t_eval = time.monotonic()
             self.model.load_state_dict(state_view(arrays))
             loss, acc = evaluate(self.model, *self.test)
-            row.update({"test-loss": loss, "test-acc": acc})
+            row.update({"test-loss": loss, "test-acc": acc,
+                        "eval-seconds": time.monotonic() - t_eval})
         if server_round > 0:
             row.update(self.last_eval)  # federated evaluation of this round, when it ran
             self.last_eval = {}

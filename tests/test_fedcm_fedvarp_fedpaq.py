@@ -405,6 +405,30 @@ def test_fedvarp_table_on_disk_and_resume_are_exact():
     assert torch.equal(restored.y, in_memory.y) and restored.seen == in_memory.seen
 
 
+def test_fedvarp_checkpoint_of_a_table_on_disk_streams_its_rows_to_a_file(tmp_path):
+    """A table beyond fedvarp-memory-mb (500 x ResNet-18 = 22 GB) is never copied into the
+    checkpoint's memory: the checkpoint names a file of the seen rows (the last two kept), and a
+    resume from it restores the table exactly; a missing file is a clear error."""
+    keys = {"fedvarp-memory-mb": 1e-6, "out-dir": str(tmp_path)}
+    rule = fedvarp_rule(**keys)
+    states = []
+    for _ in drive(rule, 3, 2, 6, seed=3):
+        states.append(rule.state_dict())
+    saved = states[-1]["fedvarp"]
+    assert "rows" not in saved and saved["rows-file"].startswith("fedvarp-rows-")
+    assert sorted(p.name for p in tmp_path.glob("fedvarp-rows-*")) == sorted(
+        s["fedvarp"]["rows-file"] for s in states[-2:])  # the oldest one deleted
+    restored = fedvarp_rule(**keys)
+    restored.load_state_dict(states[-1])
+    assert torch.equal(restored.table.data, rule.table.data) and restored.seen == rule.seen
+    in_memory = fedvarp_rule(**{"out-dir": str(tmp_path)})
+    in_memory.load_state_dict(states[-1])  # resumable whatever the new limit
+    assert torch.equal(in_memory.table.data, rule.table.data)
+    (tmp_path / saved["rows-file"]).unlink()
+    with pytest.raises(ValueError, match="FedVARP table file .* is missing"):
+        fedvarp_rule(**keys).load_state_dict(states[-1])
+
+
 def test_fedvarp_end_to_end_full_participation_is_fedavg(tmp_path):
     keys = {"fraction-train": 1.0, "aggregation": "uniform"}
     avg, _ = run(tmp_path, "avg", method="fedavg", **keys)
