@@ -177,7 +177,7 @@ pixels). `--quick` cuts the local steps to 2 and the server's evaluation to a fi
 (below). Commands:
 
 ```bash
-python -m benchmarks.standins                       # the stand-ins, once (about 3.3 GB in all)
+python -m benchmarks.standins      # the stand-ins, once: 2.7 GB (+ 3.5 GB of datasets' cache)
 python -m benchmarks.rehearse --quick --json docs/rehearsal.json   # every set-up, quick
 python -m benchmarks.rehearse --quick --stateful --stateful-setup fedacg-t1b-cifar10
 python -m benchmarks.rehearse --setups fedacg-t1a-cifar10 --methods fedavg,moon  # full rounds
@@ -198,16 +198,24 @@ REHEARSAL_NOTES = """What the rehearsal found (quick pass on 2 CPU cores (x86_64
 torch 2.13.0+cpu, flwr 1.41.0, Python 3.11.7, shared with another person's test runs: the
 timings are noisy, the memory and disk figures are not):
 
-* **Memory.** Every set-up rehearsed so far fits 24 GB at its own size. The largest peaks:
-  VGG-11 (GC-Fed's `vgg11-gcfed`, 129 M parameters, 516 MB a copy: 5.2 GB of messages a round)
-  at 14.4 GB, Shakespeare (4.2 M rows, 1,129 speakers) at 8 GB, ResNet-18 on Tiny-ImageNet with
-  1,000 clients at 6.6 GB; ResNet-18 on CIFAR at 4.2-4.5 GB.
-* **Time.** ResNet-18 set-ups project to 50-800 hours on this CPU (a local step took 0.2-10 s:
+* **The whole quick pass** ran: all 52 set-ups and the six stateful baselines at 500 clients
+  completed, 84.6 minutes of runs in all (the sum of their wall times, each with its own
+  SuperLink and Ray start), plus SCAFFOLD, FedDyn and FedVARP at 1,000 clients (11.6 minutes).
+  It found one break, now fixed: `gcfed-t5-cifar10-5of200-lda0.05` failed to split (CIFAR-10
+  over 200 clients at LDA 0.05 leaves no client empty about once in 650 draws, and
+  flwr-datasets' Dirichlet partitioner stops after 10; the `lda` split now re-draws as the
+  authors' FedLab code does, [data](data.md#partitioners)).
+* **Memory.** Every set-up fits 24 GB at its own size. The largest peaks: VGG-11 (GC-Fed's
+  `vgg11-gcfed`, 129 M parameters, 516 MB a copy: 5.2 GB of messages a round) at 14.4-16.7
+  GB, Shakespeare (4.2 M rows, 1,129 speakers) at 8 GB, ResNet-18 on Tiny-ImageNet at 6.3-7.1
+  GB; ResNet-18 on CIFAR at 3.8-5.4 GB; the CNN, MLP and LEAF image set-ups at 2.6-5.1 GB.
+* **Time.** ResNet-18 set-ups project to 18-800 hours on this CPU (a local step took 0.2-10 s:
   batch 10 or 50, CIFAR or Tiny-ImageNet, and a box shared with other jobs, so the same model
-  and batch varied up to 4x between runs), VGG-11 to about 20 hours, Shakespeare to about 400
-  hours (56 clients x about 1,500 LSTM steps a round): GPU work. The LEAF image set-ups
-  (FEMNIST, CelebA) and EMNIST take hours, not days. Rows of one run are comparable with each
-  other only as far as the load stayed the same; rerun a row for a figure to quote.
+  and batch varied up to 4x between runs), VGG-11 to 19-64 hours, Shakespeare to about 400
+  hours (56 clients x about 1,500 LSTM steps a round): GPU work. GC-Fed's CNN set-ups take
+  2-27 hours, the LEAF image set-ups (FEMNIST, CelebA) 5-8, EMNIST's MLP minutes. Rows of one
+  run are comparable with each other only as far as the load stayed the same; rerun a row for
+  a figure to quote.
 * **Evaluation schedule.** Every set-up keeps `eval-every` 1, the papers' schedule: FedACG's
   and FedAGM's tables read the EMA of every round's test accuracy and the first round it reaches
   a target, GC-Fed's the accuracy at the end and its EMA; the projection counts the full test set
@@ -215,9 +223,9 @@ timings are noisy, the memory and disk figures are not):
   lines about 330 s). `eval-every 10` divides that part by ten and leaves rounds-to-target only
   to the nearest 10 rounds.
 * **Stateful baselines.** All six (SCAFFOLD, FedDyn, FedDC, FedVARP, FedCM, MOON) ran at
-  500 clients x ResNet-18 (`fedacg-t1b-cifar10`, the rows below the set-ups); `--stateful`
-  alone takes each to the largest set-up that reports it (SCAFFOLD, FedDyn and FedVARP: GC-Fed's
-  1,000-client Tiny-ImageNet ones).
+  500 clients x ResNet-18 (`fedacg-t1b-cifar10`, the rows below the set-ups), peaks 4.0-5.4
+  GB; SCAFFOLD, FedDyn and FedVARP also at the largest set-up that reports them (GC-Fed's
+  1,000-client Tiny-ImageNet, `--stateful` alone picks it), peaks 6.5-6.8 GB.
 * **Per-client state** (SCAFFOLD's c_i, FedDyn's g_i, FedDC's h_i) is written on the node's
   disk, one model a client (`client_app/client_state.py`): at 500 clients x ResNet-18 up to
   22 GB of disk over a full run, never host memory. FedVARP's server table (500 x 45 MB =
