@@ -175,32 +175,59 @@ def _tree_rss_by_process(root: int) -> dict[str, float]:
     return out
 
 
-def flwr_run_peak(link, run_config: str, federation: str, every: float = 0.5) -> tuple:
-    """`flwr run .` on `link` (a running LocalSuperLink): (the finished process, wall seconds,
-    peak host MB of the SuperLink's whole process tree, sampled every `every` seconds)."""
-    peak = [0.0, {}]
+def _pss_mb(pid: int) -> float:
+    """A process's proportional set size in MB (a page shared by k processes counts 1/k)."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0.0
+
+
+def _by_name(parts: dict[str, float]) -> dict[str, float]:
+    """{'raylet 123': mb, ...} summed over the processes of one name: {'raylet': mb, ...}."""
+    out: dict[str, float] = {}
+    for k, mb in parts.items():
+        name = k.rsplit(" ", 1)[0]
+        out[name] = out.get(name, 0.0) + mb
+    return out
+
+
+def flwr_run_peak(link, run_config: str, federation: str, every: float = 0.5,
+                  app_dir: Path = ROOT) -> tuple:
+    """`flwr run <app_dir>` on `link` (a running LocalSuperLink): (the finished process, wall
+    seconds, peak host MB of the SuperLink's whole process tree: resident sizes summed, sampled
+    every `every` seconds). Also kept as attributes of this function: `breakdown` (MB per
+    process name at that peak), `pss` and `pss_parts` (the same with proportional sizes, whose
+    sum counts a shared library once)."""
+    peak = {"rss": (0.0, {}), "pss": (0.0, {})}
     stop = threading.Event()
 
     def sample():
         while not stop.wait(every):
-            parts = _tree_rss_by_process(link.proc.pid)
-            if sum(parts.values()) > peak[0]:
-                peak[0], peak[1] = sum(parts.values()), parts
+            rss = _tree_rss_by_process(link.proc.pid)
+            pss = {k: _pss_mb(int(k.rsplit(" ", 1)[1])) for k in rss}
+            for kind, parts in (("rss", rss), ("pss", pss)):
+                if sum(parts.values()) > peak[kind][0]:
+                    peak[kind] = (sum(parts.values()), parts)
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     t = time.perf_counter()
-    proc = subprocess.run(
-        ["flwr", "run", ".", link.connection, "--stream", "--run-config", run_config,
-         "--federation-config", federation],
-        cwd=ROOT, env=link.env, capture_output=True, text=True, timeout=7200, check=False)
+    command = ["flwr", "run", ".", link.connection, "--stream", "--federation-config", federation]
+    if run_config:
+        command += ["--run-config", run_config]
+    proc = subprocess.run(command, cwd=app_dir, env=link.env, capture_output=True, text=True,
+                          timeout=7200, check=False)
     wall = time.perf_counter() - t
     stop.set()
     sampler.join()
-    flwr_run_peak.breakdown = {k.rsplit(" ", 1)[0]: 0.0 for k in peak[1]}
-    for k, mb in peak[1].items():  # MB per process name at the peak (summed over same names)
-        flwr_run_peak.breakdown[k.rsplit(" ", 1)[0]] += mb
-    return proc, wall, peak[0]
+    flwr_run_peak.breakdown = _by_name(peak["rss"][1])
+    flwr_run_peak.pss, flwr_run_peak.pss_parts = peak["pss"][0], _by_name(peak["pss"][1])
+    return proc, wall, peak["rss"][0]
 
 
 def app_config(w: Workload, rounds: int, data: Path, out: Path, name: str) -> dict:
@@ -239,7 +266,8 @@ def app_run(w: Workload, rounds: int, data: Path, out: Path, gpus_per_client: fl
             "train-seconds": [r.get("train-seconds", 0.0) * w.clients
                               for r in rows if r["round"] > 0],
             "wall-seconds": wall, "peak-host-mb": peak_mb,
-            "peak-breakdown-mb": dict(getattr(flwr_run_peak, "breakdown", {}))}
+            "peak-breakdown-mb": dict(getattr(flwr_run_peak, "breakdown", {})),
+            "peak-pss-mb": getattr(flwr_run_peak, "pss", 0.0)}
 
 
 def interleaved(w: Workload, blocks: int, rounds: int, data: Path, out: Path,
@@ -274,6 +302,7 @@ def interleaved(w: Workload, blocks: int, rounds: int, data: Path, out: Path,
                     if a["peak-host-mb"] > app["peak-host-mb"]:
                         app["peak-breakdown-mb"] = a["peak-breakdown-mb"]
                     app["peak-host-mb"] = max(app["peak-host-mb"], a["peak-host-mb"])
+                    app["peak-pss-mb"] = max(app.get("peak-pss-mb", 0.0), a["peak-pss-mb"])
                 print(f"  block {b + 1}/{blocks} {side}: " + ", ".join(
                     f"{t:.2f}" for t in (plain if side == "plain" else app)["round-seconds"][-1])
                     + " s/round", flush=True)
@@ -350,6 +379,8 @@ def main() -> None:
                              "plain loop's; default), 'ray' (Ray's default, 15) or a number")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     parser.add_argument("--no-aggregation", action="store_true", help="skip the aggregation timing")
+    parser.add_argument("--no-floor", action="store_true",
+                        help="skip the simulation's floor (benchmarks/sim_floor.py)")
     parser.add_argument("--plain-block", help=argparse.SUPPRESS)  # (the plain loop's process)
     parser.add_argument("--in-process-block", help=argparse.SUPPRESS)  # (the in-process app)
     args = parser.parse_args()
@@ -385,6 +416,10 @@ def main() -> None:
           "client-resources-num-gpus {gpus-per-client} | niceness plain {plain-niceness}, app "
           "{app-niceness} | load average {load-average[0]:.2f}".format(**info), flush=True)
     results = {"info": info, "workloads": {}}
+    if not args.no_floor:  # what any PyTorch app pays in the simulation before its own work
+        from benchmarks.sim_floor import floor_peak
+
+        results["floor"] = floor_peak()
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         for w in workloads:
             data = make_cifar_copy(Path(tmp) / f"data-{w.name}", w.clients * w.samples, 100)
@@ -415,10 +450,22 @@ def main() -> None:
               f"{r['plain']['peak-host-mb']:.0f} | {r['app']['peak-host-mb']:.0f} | "
               f"{'n/a' if dev is None else f'{dev:.0f}'} | "
               f"{r['in-process']['peak-host-mb']:.0f} | {r['memory-goal-mb']:.0f} |")
+    floor = results.get("floor")
     for name, r in results["workloads"].items():
         parts = sorted(r["app"].get("peak-breakdown-mb", {}).items(), key=lambda kv: -kv[1])
         print(f"{name}: the simulation's peak by process: "
-              + ", ".join(f"{k} {mb:.0f}" for k, mb in parts) + " MB")
+              + ", ".join(f"{k} {mb:.0f}" for k, mb in parts) + " MB; proportional sizes "
+              f"(shared pages counted once) {r['app'].get('peak-pss-mb', 0.0):.0f} MB")
+        if floor:
+            own = r["app"]["peak-host-mb"] - floor["peak-host-mb"]
+            r["app-above-floor-mb"] = own
+            print(f"{name}: the simulation's floor (benchmarks.sim_floor) "
+                  f"{floor['peak-host-mb']:.0f} MB resident, {floor['peak-pss-mb']:.0f} MB "
+                  f"proportional; the app above it {own:.0f} MB = "
+                  f"{own / r['plain']['peak-host-mb']:.2f} x the plain loop's peak; the goal "
+                  f"{r['memory-goal-mb']:.0f} MB is "
+                  f"{'below' if r['memory-goal-mb'] < floor['peak-host-mb'] else 'above'} "
+                  "the floor")
     print("load average: {:.2f} at the start, {:.2f} at the end (1 min)".format(
         info["load-average"][0], info["load-average-end"][0]))
     if "aggregation-10-resnet18" in results:

@@ -233,19 +233,23 @@ timings are noisy, the memory and disk figures are not):
   (44 GB with torch.save's buffer: the run would have died at a checkpoint once about 200
   clients had been seen) and now streams them to a file beside the runs
   ([baselines](baselines.md#fedvarp)): up to 3 x 22 GB of disk.
-* **Ray's overhead.** Flower's Ray backend already starts Ray without the dashboard UI
-  (`include_dashboard` false); Ray 2.55 still starts its API server (minimal), the dashboard
-  agent, the runtime-env agent, the autoscaler monitor and the log monitor (with the GCS and
-  the raylet about 550 MB, and no `ray.init` switch for them); the SuperLink and SuperExec take
-  270 MB more, `flwr run` 110 MB. On W1
-  (`python -m benchmarks.sim_vs_loop --blocks 2`, same machine, busy) the simulation peaked at
-  2,411 MB against the plain loop's 472 MB (5.1x; the goal, 2 x the plain loop + the models, is
-  960 MB): the ClientApp's Ray actor 798 MB and the simulation process 792 MB (each imports
-  torch, flwr, `datasets` and Ray: 470 MB before any data), Ray's own processes 551 MB, the
-  SuperLink and SuperExec 270 MB. So the goal is not met through Ray: Ray's and Flower's
-  control processes alone are about 2 x the plain loop. The same app in the in-process runtime
-  (no SuperLink, no Ray: `reporting.sweep --in-process`, `inprocess.run_in_process`) peaked at
-  845 MB, within the goal; `sim_vs_loop` prints both and the simulation's peak by process.
+* **The simulation's floor, and W1's memory goal.** Flower's Ray backend already starts Ray
+  without the dashboard UI (`include_dashboard` false); Ray 2.55 still starts its API server
+  (minimal), the dashboard agent, the runtime-env agent, the autoscaler monitor and the log
+  monitor, and `ray.init` has no switch for them. `python -m benchmarks.sim_floor` runs a floor
+  app through `flwr run` as the app runs: a ServerApp and a ClientApp that import PyTorch and
+  pass a small CNN to 5 nodes and back, nothing else. Its peak is 1,632 MB resident (1,117 MB
+  proportional: a page shared by k processes counted 1/k): the simulation process 425, the
+  ClientApp's Ray actor 398, the SuperLink and SuperExec 265, Ray's own processes 545. On W1
+  (`python -m benchmarks.sim_vs_loop --blocks 1`, same machine, busy) the app peaked at 2,403 MB
+  (1,736 proportional) against the plain loop's 472: the actor 812, the simulation process 776,
+  the rest as in the floor. The goal, 2 x the plain loop + the models = 960 MB, is below the
+  floor itself, so no app meets it through Flower 1.41's Ray simulation; the app's own part,
+  above the floor, is 771 MB = 1.6 x the plain loop. About 200 MB of that in each of the two
+  processes is imports (`datasets` with pandas and pyarrow; flwr-datasets, whose package
+  imports seaborn, scipy and matplotlib). The same app in the in-process runtime (no SuperLink,
+  no Ray: `reporting.sweep --in-process`, `inprocess.run_in_process`) peaked at 852 MB, within
+  the goal; `sim_vs_loop` prints all of these.
 """
 
 

@@ -4,6 +4,7 @@ No timing is asserted: the figures are for people (docs/performance.md), not for
 """
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -54,3 +55,35 @@ def test_ray_cost_smoke(tmp_path):
         (pair,) = figures[f"{side}-pair-ratios"]
         assert pair > 0 and figures[f"{side}-eta"] == pair
         assert figures[f"{side}-eta-spread"] == [pair, pair]
+
+
+def test_pss_of_a_process_and_names_summed():
+    """The proportional size of this process is positive and at most its resident size; the
+    breakdown sums the processes of one name."""
+    from benchmarks.sim_vs_loop import _by_name, _pss_mb, _tree_rss_by_process
+
+    pid = os.getpid()
+    rss = _tree_rss_by_process(pid)[next(k for k in _tree_rss_by_process(pid)
+                                         if k.endswith(f" {pid}"))]
+    assert 0 < _pss_mb(pid) <= rss * 1.01
+    assert _pss_mb(2**22 + 7) == 0.0  # no such process
+    assert _by_name({"raylet 1": 10.0, "raylet 2": 5.5, "gcs_server 3": 1.0}) == {
+        "raylet": 15.5, "gcs_server": 1.0}
+
+
+@pytest.mark.long
+def test_sim_floor_runs_the_floor_app(tmp_path):
+    """benchmarks/sim_floor.py: the floor app runs through flwr run; its peak is the sum of its
+    processes, with both PyTorch processes and Ray's own among them; proportional <= resident."""
+    out = subprocess.run(
+        [sys.executable, "-m", "benchmarks.sim_floor", "--clients", "2", "--rounds", "2",
+         "--json", str(tmp_path / "f.json")],
+        cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    floor = json.loads((tmp_path / "f.json").read_text())
+    parts = floor["peak-breakdown-mb"]
+    assert {"flwr-simulation", "ray::ClientAppActor", "raylet", "gcs_server"} <= set(parts)
+    assert abs(sum(parts.values()) - floor["peak-host-mb"]) < 1e-6
+    assert abs(sum(floor["peak-pss-breakdown-mb"].values()) - floor["peak-pss-mb"]) < 1e-6
+    assert 0 < floor["peak-pss-mb"] <= floor["peak-host-mb"]
+    assert "the simulation's floor (2 nodes, 2 rounds)" in out.stdout
