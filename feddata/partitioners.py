@@ -37,18 +37,16 @@ def column(dataset: Dataset, name: str) -> np.ndarray:
     return out
 
 
-class BalancedDirichletPartitioner(Partitioner):
-    """Equal-size partitions whose label distributions are drawn from Dir(alpha)."""
+class SplitOnce(Partitioner):
+    """A partitioner that computes its whole split once, on first use: `_split()` gives the
+    dataset's row indices of every partition, in partition order (kept in `_indices`)."""
 
-    def __init__(self, num_partitions: int, partition_by: str, alpha: float, seed: int = 42):
+    def __init__(self, num_partitions: int):
         super().__init__()
         if num_partitions < 1:
             raise ValueError("num_partitions must be at least 1")
         self._num_partitions = num_partitions
-        self._partition_by = partition_by
-        self._alpha = alpha
-        self._seed = seed
-        self._indices: list[np.ndarray] | None = None
+        self._indices: list | None = None
 
     @property
     def num_partitions(self) -> int:
@@ -60,6 +58,19 @@ class BalancedDirichletPartitioner(Partitioner):
         if self._indices is None:
             self._indices = self._split()
         return self.dataset.select(self._indices[partition_id])
+
+    def _split(self) -> list:
+        raise NotImplementedError
+
+
+class BalancedDirichletPartitioner(SplitOnce):
+    """Equal-size partitions whose label distributions are drawn from Dir(alpha)."""
+
+    def __init__(self, num_partitions: int, partition_by: str, alpha: float, seed: int = 42):
+        super().__init__(num_partitions)
+        self._partition_by = partition_by
+        self._alpha = alpha
+        self._seed = seed
 
     def _split(self) -> list[np.ndarray]:
         """FedDyn's loop: while clients lack examples, a random client (uniform over those below
@@ -168,7 +179,7 @@ class _Draws:
         return (self._word() >> 11) * (1.0 / 9007199254740992.0)
 
 
-class LdaPartitioner(Partitioner):
+class LdaPartitioner(SplitOnce):
     """GC-Fed's split, FedLab's hetero Dirichlet (`hetero_dir_partition`): the examples of each
     class are cut among the clients by proportions p ~ Dir(alpha); with `self_balancing` a
     client already above the mean size gets no more (its p is set to 0, the rest renormalized).
@@ -186,32 +197,17 @@ class LdaPartitioner(Partitioner):
     def __init__(self, num_partitions: int, partition_by: str, alpha: float, *,
                  min_partition_size: int = 10, self_balancing: bool = False, seed: int = 42,
                  max_draws: int = 10_000):
-        super().__init__()
-        if num_partitions < 1:
-            raise ValueError("num_partitions must be at least 1")
+        super().__init__(num_partitions)
         if not alpha > 0:
             raise ValueError(f"the Dirichlet concentration must be positive, got {alpha}")
-        self._num_partitions = num_partitions
         self._partition_by = partition_by
         self._alpha = float(alpha)
         self._min_size = int(min_partition_size)
         self._self_balancing = self_balancing
         self._seed = seed
         self._max_draws = max_draws
-        self._partition_id_to_indices: dict[int, list[int]] | None = None
 
-    @property
-    def num_partitions(self) -> int:
-        return self._num_partitions
-
-    def load_partition(self, partition_id: int) -> Dataset:
-        if not 0 <= partition_id < self._num_partitions:
-            raise ValueError(f"partition_id {partition_id} not in [0, {self._num_partitions})")
-        if self._partition_id_to_indices is None:
-            self._partition_id_to_indices = self._split()
-        return self.dataset.select(self._partition_id_to_indices[partition_id])
-
-    def _split(self) -> dict[int, list[int]]:
+    def _split(self) -> list[list[int]]:
         targets = column(self.dataset, self._partition_by)
         n, k = len(targets), self._num_partitions
         if n < k * max(self._min_size, 1):
@@ -238,11 +234,11 @@ class LdaPartitioner(Partitioner):
             raise ValueError(
                 f"no split of {self._max_draws} Dirichlet draws (alpha {self._alpha}) gave each "
                 f"of {k} partitions at least {self._min_size} examples")
-        out: dict[int, list[int]] = {i: [] for i in range(k)}
+        out: list[list[int]] = [[] for _ in range(k)]
         for members, cut in zip(by_class, cuts):
             for i, part in enumerate(np.split(members, cut)):
                 out[i].extend(part.tolist())
-        for indices in out.values():
+        for indices in out:
             rng.shuffle(indices)
         return out
 

@@ -8,7 +8,7 @@ import numpy as np
 from flwr_datasets.partitioner import IidPartitioner
 
 from .loading import _source, data_key, load_partition, spec_of
-from .partitioners import BalancedDirichletPartitioner, NaturalIdSamplePartitioner, column
+from .partitioners import NaturalIdSamplePartitioner, SplitOnce, column
 
 
 def _split_indices(part) -> tuple[Any, Any] | None:
@@ -16,7 +16,7 @@ def _split_indices(part) -> tuple[Any, Any] | None:
     None."""
     if isinstance(part, NaturalIdSamplePartitioner):
         part = part._inner
-    if isinstance(part, BalancedDirichletPartitioner):
+    if isinstance(part, SplitOnce):  # ours: the balanced Dirichlet and the LDA split
         return part.dataset, part._indices
     if isinstance(part, IidPartitioner):  # datasets' contiguous shards
         n, k = len(part.dataset), part.num_partitions
