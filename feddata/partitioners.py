@@ -1,4 +1,4 @@
-"""Client splits through flwr-datasets partitioners, seeded so every process computes the same one.
+"""Client splits (flwr-datasets partitioners and ours), seeded so every process computes the same.
 
 * `iid`: flwr-datasets' IidPartitioner.
 * `lda` (GC-Fed): `LdaPartitioner`, FedLab's hetero Dirichlet: each class is spread over the
