@@ -195,27 +195,27 @@ evaluation / eval-every + the rest). The GPU column is left for a machine that h
 
 
 REHEARSAL_NOTES = """What the rehearsal found (quick pass on 2 CPU cores (x86_64), 24 GiB, no GPU,
-torch 2.13.0+cpu, flwr 1.41.0, Python 3.11.7, shared with another person's test runs: the
-timings are noisy, the memory and disk figures are not):
+torch 2.13.0+cpu, flwr 1.41.0, Python 3.11.7, nothing else running but for the last three rows;
+one run per row, so a timing is good to about 2x; the memory and disk figures are firm):
 
-* **The whole quick pass** ran: all 52 set-ups and the six stateful baselines at 500 clients
-  completed, 84.6 minutes of runs in all (the sum of their wall times, each with its own
-  SuperLink and Ray start), plus SCAFFOLD, FedDyn and FedVARP at 1,000 clients (11.6 minutes).
-  It found one break, now fixed: `gcfed-t5-cifar10-5of200-lda0.05` failed to split (CIFAR-10
-  over 200 clients at LDA 0.05 leaves no client empty about once in 650 draws, and
-  flwr-datasets' Dirichlet partitioner stops after 10; the `lda` split now re-draws as the
-  authors' FedLab code does, [data](data.md#partitioners)).
+* **The whole quick pass** is one command: `python -m benchmarks.rehearse --quick --setups all
+  --stateful --stateful-setup fedacg-t1b-cifar10` ran all 52 set-ups and the six stateful
+  baselines at 500 clients, 58 runs, each with its own SuperLink and Ray start, in 57.1 minutes;
+  every run ended ok. SCAFFOLD, FedDyn and FedVARP also ran at 1,000 clients (the last three
+  rows, 11.6 minutes, on a busy machine). The first pass found one break, now fixed:
+  `gcfed-t5-cifar10-5of200-lda0.05` failed to split (CIFAR-10 over 200 clients at LDA 0.05
+  leaves no client empty about once in 650 draws, and flwr-datasets' Dirichlet partitioner
+  stops after 10; the `lda` split now draws again as the authors' FedLab code does,
+  [data](data.md#partitioners)).
 * **Memory.** Every set-up fits 24 GB at its own size. The largest peaks: VGG-11 (GC-Fed's
-  `vgg11-gcfed`, 129 M parameters, 516 MB a copy: 5.2 GB of messages a round) at 14.4-16.7
-  GB, Shakespeare (4.2 M rows, 1,129 speakers) at 8 GB, ResNet-18 on Tiny-ImageNet at 6.3-7.1
-  GB; ResNet-18 on CIFAR at 3.8-5.4 GB; the CNN, MLP and LEAF image set-ups at 2.6-5.1 GB.
-* **Time.** ResNet-18 set-ups project to 18-800 hours on this CPU (a local step took 0.2-10 s:
-  batch 10 or 50, CIFAR or Tiny-ImageNet, and a box shared with other jobs, so the same model
-  and batch varied up to 4x between runs), VGG-11 to 19-64 hours, Shakespeare to about 400
-  hours (56 clients x about 1,500 LSTM steps a round): GPU work. GC-Fed's CNN set-ups take
-  2-27 hours, the LEAF image set-ups (FEMNIST, CelebA) 5-8, EMNIST's MLP minutes. Rows of one
-  run are comparable with each other only as far as the load stayed the same; rerun a row for
-  a figure to quote.
+  `vgg11-gcfed`, 129 M parameters, 516 MB a copy: 5.2 GB of messages a round) at 14.5-16.7
+  GB, Shakespeare (4.2 M rows, 1,129 speakers) at 8.1 GB, ResNet-18 on Tiny-ImageNet at 6.3-7.0
+  GB; ResNet-18 on CIFAR at 3.7-4.7 GB; the CNN, MLP and LEAF image set-ups at 2.6-5.0 GB.
+* **Time.** ResNet-18 set-ups project to 18-84 hours on this CPU on CIFAR and 113-401 on
+  Tiny-ImageNet (a local step took 0.15-0.6 s on CIFAR, 0.7-4.4 s on Tiny-ImageNet, by batch
+  size), VGG-11 to 22-69 hours, Shakespeare to about 460 hours (56 clients x about 1,500 LSTM
+  steps a round): GPU work. GC-Fed's CNN set-ups take 1.5-2.5 hours, FEMNIST 15, CelebA 6,
+  EMNIST's MLP minutes.
 * **Evaluation schedule.** Every set-up keeps `eval-every` 1, the papers' schedule: FedACG's
   and FedAGM's tables read the EMA of every round's test accuracy and the first round it reaches
   a target, GC-Fed's the accuracy at the end and its EMA; the projection counts the full test set
@@ -223,7 +223,7 @@ timings are noisy, the memory and disk figures are not):
   lines about 330 s). `eval-every 10` divides that part by ten and leaves rounds-to-target only
   to the nearest 10 rounds.
 * **Stateful baselines.** All six (SCAFFOLD, FedDyn, FedDC, FedVARP, FedCM, MOON) ran at
-  500 clients x ResNet-18 (`fedacg-t1b-cifar10`, the rows below the set-ups), peaks 4.0-5.4
+  500 clients x ResNet-18 (`fedacg-t1b-cifar10`, the rows below the set-ups), peaks 4.3-5.6
   GB; SCAFFOLD, FedDyn and FedVARP also at the largest set-up that reports them (GC-Fed's
   1,000-client Tiny-ImageNet, `--stateful` alone picks it), peaks 6.5-6.8 GB.
 * **Per-client state** (SCAFFOLD's c_i, FedDyn's g_i, FedDC's h_i) is written on the node's
