@@ -36,18 +36,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 STATEFUL = ("scaffold", "feddyn", "feddc", "fedvarp", "fedcm", "moon")
-
-
-def tree_rss_mb(root: int) -> float:
-    from benchmarks.sim_vs_loop import _tree_rss_mb
-
-    return _tree_rss_mb(root)
 
 
 def du_mb(path: Path) -> float:
@@ -116,35 +109,21 @@ def run_config_of(setup: dict, method: str, data: Path, out: Path, name: str, ro
 
 
 def flwr_run(link, run_config: dict, federation: str, timeout: float, every: float = 2.0):
-    """`flwr run .` on `link`: (returncode, output tail, wall seconds, peak MB of the
-    SuperLink's process tree)."""
+    """`flwr run .` on `link`: (returncode or 'timeout', output tail, wall seconds, peak MB of
+    the SuperLink's process tree: `sim_vs_loop.flwr_run_peak`'s)."""
+    from benchmarks.sim_vs_loop import flwr_run_peak
+
     text = " ".join(f"{k}={v!r}" if isinstance(v, str) else
                     f"{k}={str(v).lower()}" if isinstance(v, bool) else f"{k}={v}"
                     for k, v in run_config.items())
-    peak, stop = [0.0], threading.Event()
-
-    def sample():
-        while not stop.wait(every):
-            peak[0] = max(peak[0], tree_rss_mb(link.proc.pid))
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
     t = time.perf_counter()
     try:
-        proc = subprocess.run(
-            ["flwr", "run", ".", link.connection, "--stream", "--run-config", text,
-             "--federation-config", federation],
-            cwd=ROOT, env=link.env, capture_output=True, text=True, timeout=timeout,
-            check=False)
-        code, tail = proc.returncode, (proc.stdout + proc.stderr)[-4000:]
+        proc, wall, peak = flwr_run_peak(link, text, federation, every=every, timeout=timeout)
+        return proc.returncode, (proc.stdout + proc.stderr)[-4000:], wall, peak
     except subprocess.TimeoutExpired as err:
         out = (err.stdout or b"") + (err.stderr or b"")
-        code = "timeout"
         tail = (out.decode(errors="replace") if isinstance(out, bytes) else out)[-4000:]
-    wall = time.perf_counter() - t
-    stop.set()
-    sampler.join()
-    return code, tail, wall, peak[0]
+        return "timeout", tail, time.perf_counter() - t, flwr_run_peak.rss
 
 
 def measure(setup_name: str, method: str | None, args, log=print) -> dict:

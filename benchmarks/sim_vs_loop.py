@@ -124,11 +124,6 @@ def plain_block(w: Workload, rounds: int) -> dict:
     return result
 
 
-def _tree_rss_mb(root: int) -> float:
-    """Resident memory of `root` and every process under it (Linux /proc)."""
-    return sum(_tree_rss_by_process(root).values())
-
-
 def _label(pid: int) -> str:
     """A process's short name: `ray::ClientAppActor`, `flwr-simulation`, `raylet`, ..."""
     try:
@@ -197,10 +192,11 @@ def _by_name(parts: dict[str, float]) -> dict[str, float]:
 
 
 def flwr_run_peak(link, run_config: str, federation: str, every: float = 0.5,
-                  app_dir: Path = ROOT) -> tuple:
+                  app_dir: Path = ROOT, timeout: float = 7200.0) -> tuple:
     """`flwr run <app_dir>` on `link` (a running LocalSuperLink): (the finished process, wall
     seconds, peak host MB of the SuperLink's whole process tree: resident sizes summed, sampled
-    every `every` seconds). Also kept as attributes of this function: `breakdown` (MB per
+    every `every` seconds). Also kept as attributes of this function, set also when the run
+    times out (subprocess.TimeoutExpired is raised on): `rss` (that peak), `breakdown` (MB per
     process name at that peak), `pss` and `pss_parts` (the same with proportional sizes, whose
     sum counts a shared library once)."""
     peak = {"rss": (0.0, {}), "pss": (0.0, {})}
@@ -220,13 +216,15 @@ def flwr_run_peak(link, run_config: str, federation: str, every: float = 0.5,
     command = ["flwr", "run", ".", link.connection, "--stream", "--federation-config", federation]
     if run_config:
         command += ["--run-config", run_config]
-    proc = subprocess.run(command, cwd=app_dir, env=link.env, capture_output=True, text=True,
-                          timeout=7200, check=False)
-    wall = time.perf_counter() - t
-    stop.set()
-    sampler.join()
-    flwr_run_peak.breakdown = _by_name(peak["rss"][1])
-    flwr_run_peak.pss, flwr_run_peak.pss_parts = peak["pss"][0], _by_name(peak["pss"][1])
+    try:
+        proc = subprocess.run(command, cwd=app_dir, env=link.env, capture_output=True,
+                              text=True, timeout=timeout, check=False)
+    finally:
+        wall = time.perf_counter() - t
+        stop.set()
+        sampler.join()
+        flwr_run_peak.rss, flwr_run_peak.breakdown = peak["rss"][0], _by_name(peak["rss"][1])
+        flwr_run_peak.pss, flwr_run_peak.pss_parts = peak["pss"][0], _by_name(peak["pss"][1])
     return proc, wall, peak["rss"][0]
 
 
