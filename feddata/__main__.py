@@ -55,8 +55,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from run_config import ConfigError
 
-    from .loading import spec_of
     from .own_data import OwnDataError, read_own_data
+    from .specs import spec_of
 
     try:
         spec = spec_of({"dataset": args.dataset, "custom-classes": args.classes,

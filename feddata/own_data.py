@@ -213,7 +213,7 @@ def prepared_own_data(cfg: dict, path: str):
     """The node's own data as the ClientApp trains on it (a `disk_cache.PreparedPartition`):
     all of the folder, `client-val-fraction` held out (seeded by `seed`)."""
     from .disk_cache import PreparedPartition
-    from .loading import spec_of
+    from .specs import spec_of
 
     spec = spec_of(cfg)
     data = load_own_data(path, spec, cfg["dataset"])

@@ -72,6 +72,7 @@ class FedVARPRule(ServerRule):
         self.folder = os.path.expanduser(cfg.get("out-dir") or ".")
         self.theta = self.y = self.table = None
         self.seen: set[int] = set()  # clients whose y_j is not 0 (any more)
+        self.row_files: list[str] = []  # the rows files of the last two checkpoints
 
     def describe(self) -> str:
         where = "" if self.table is None else \
@@ -171,7 +172,7 @@ class FedVARPRule(ServerRule):
             f.flush()
             os.fsync(f.fileno())
         os.replace(path + ".tmp", path)
-        self.row_files = getattr(self, "row_files", []) + [path]
+        self.row_files.append(path)
         for old in self.row_files[:-2]:
             try:
                 os.unlink(old)
