@@ -100,6 +100,7 @@ def plain_loop(w: Workload, rounds: int, device: torch.device) -> dict:
                 torch.randint(0, 10, (w.samples,), generator=gen)) for _ in range(w.clients)]
     model = build_model(w.model, (3, w.image, w.image), 10, seed=0)
     if device.type == "cuda":
+        torch.cuda.init()  # (resetting the counters of an uninitialized device raises)
         torch.cuda.reset_peak_memory_stats(device)
     seconds = run_plain_loop(model, clients, rounds=rounds, lr=0.01, epochs=w.epochs,
                              batch_size=w.batch, device=device)
