@@ -18,7 +18,7 @@ from pathlib import Path
 
 # The wheel's packages (pyproject.toml [tool.hatch.build.targets.wheel]; a test holds both equal).
 PACKAGES = ("server_app", "client_app", "strategies", "methods", "server_math", "models",
-            "feddata", "run_config", "reporting", "inprocess")
+            "feddata", "run_config", "reporting", "inprocess", "fileio")
 ROOT = Path(__file__).resolve().parent
 _checked = False
 

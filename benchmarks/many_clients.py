@@ -40,7 +40,8 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from benchmarks.sim_vs_loop import flwr_run_peak, make_cifar_copy
+from benchmarks.run_memory import flwr_run_peak
+from benchmarks.sim_vs_loop import make_cifar_copy
 
 BATCH = 5
 
@@ -60,7 +61,7 @@ def cifar_copy(folder: Path, examples: int, test: int) -> Path:
 
 def run_population(clients: int, per_round: int, rounds: int, iterations: int, data: Path,
                    work: Path, poll: str = "fast") -> dict:
-    from reporting.superlink import LocalSuperLink
+    from experiments.superlink import LocalSuperLink
 
     out = work / "runs"
     name = f"pop-{clients}-{poll}"

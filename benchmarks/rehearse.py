@@ -110,8 +110,8 @@ def run_config_of(setup: dict, method: str, data: Path, out: Path, name: str, ro
 
 def flwr_run(link, run_config: dict, federation: str, timeout: float, every: float = 2.0):
     """`flwr run .` on `link`: (returncode or 'timeout', output tail, wall seconds, peak MB of
-    the SuperLink's process tree: `sim_vs_loop.flwr_run_peak`'s)."""
-    from benchmarks.sim_vs_loop import flwr_run_peak
+    the SuperLink's process tree: `run_memory.flwr_run_peak`'s)."""
+    from benchmarks.run_memory import flwr_run_peak
 
     text = " ".join(f"{k}={v!r}" if isinstance(v, str) else
                     f"{k}={str(v).lower()}" if isinstance(v, bool) else f"{k}={v}"
@@ -129,7 +129,7 @@ def flwr_run(link, run_config: dict, federation: str, timeout: float, every: flo
 def measure(setup_name: str, method: str | None, args, log=print) -> dict:
     """One rehearsal run: its figures (status 'ok', 'failed' or 'timeout')."""
     from benchmarks import standins
-    from reporting.superlink import LocalSuperLink
+    from experiments.superlink import LocalSuperLink
     from run_config.setups import load_setup
 
     setup = load_setup(setup_name)

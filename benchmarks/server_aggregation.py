@@ -6,7 +6,7 @@
     python -m benchmarks.server_aggregation --server-pass torch  # the PyTorch pass, no C loop
 
 app:   the strategy's `aggregate_train` for one round, as the ServerApp builds it (`run_config.
-       resolve` of the FedACG preset + `server_app.factory.build_strategy`, the ServerApp's
+       resolve` of the FedACG preset + `strategies.assembly.build_strategy`, the ServerApp's
        `num-examples-check` bound): screening of every reply, the influence limits, the momentum
        rule and the result's ArrayRecord. Only the strategy's public entry points are used
        (`configure_train`, `aggregate_train`), so the figures stay comparable when its internals
@@ -113,7 +113,7 @@ class ReplyGrid(InProcessGrid):
 def app_strategy(model_name: str, model: torch.nn.Module, n: int):
     """The FedACG preset's strategy as the ServerApp builds it, every node sampled."""
     from run_config import resolve
-    from server_app.factory import build_strategy
+    from strategies.assembly import build_strategy
 
     cfg = resolve({"method": "fedacg", "model": model_name, "dataset": "cifar10",
                    "fraction-train": 1.0, "min-train-nodes": n, "fraction-evaluate": 0.0})

@@ -56,8 +56,8 @@ rounds = {rounds}
 
 def floor_peak(clients: int = 5, rounds: int = 3) -> dict:
     """Peak host memory of the floor app's run, RSS and PSS, total and by process (MB)."""
-    from benchmarks.sim_vs_loop import flwr_run_peak
-    from reporting.superlink import LocalSuperLink
+    from benchmarks.run_memory import flwr_run_peak
+    from experiments.superlink import LocalSuperLink
 
     with tempfile.TemporaryDirectory(prefix="sim-floor-") as tmp:
         app_dir = Path(tmp) / "app"

@@ -43,8 +43,6 @@ import resource
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -52,6 +50,7 @@ import numpy as np
 import torch
 
 from benchmarks.plain_loop import run_plain_loop
+from benchmarks.run_memory import flwr_run_peak
 from models import build_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -125,110 +124,6 @@ def plain_block(w: Workload, rounds: int) -> dict:
     return result
 
 
-def _label(pid: int) -> str:
-    """A process's short name: `ray::ClientAppActor`, `flwr-simulation`, `raylet`, ..."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            argv = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
-    except OSError:
-        return "?"
-    if not argv:
-        return "?"
-    if argv[0].startswith("ray::"):
-        return argv[0].split()[0].split(".")[0]
-    name = os.path.basename(argv[0])
-    if name.startswith("python") and len(argv) > 1:
-        script = next((a for a in argv[1:] if not a.startswith("-")), argv[1])
-        name = os.path.basename(script)
-    return " ".join(name.split())[:40]
-
-
-def _tree_rss_by_process(root: int) -> dict[str, float]:
-    """MB per process name of `root`'s tree (Linux /proc), e.g. {'raylet': 30.1, ...}."""
-    parent, rss = {}, {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                parent[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
-            with open(f"/proc/{entry}/statm") as f:
-                rss[int(entry)] = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-        except (OSError, ValueError, IndexError):
-            continue
-    tree, todo = {root}, [root]
-    while todo:
-        node = todo.pop()
-        for pid, ppid in parent.items():
-            if ppid == node and pid not in tree:
-                tree.add(pid)
-                todo.append(pid)
-    out: dict[str, float] = {}
-    for p in tree:
-        if rss.get(p):
-            label = f"{_label(p)} {p}"
-            out[label] = rss[p] / 2**20
-    return out
-
-
-def _pss_mb(pid: int) -> float:
-    """A process's proportional set size in MB (a page shared by k processes counts 1/k)."""
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as f:
-            for line in f:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1]) / 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0.0
-
-
-def _by_name(parts: dict[str, float]) -> dict[str, float]:
-    """{'raylet 123': mb, ...} summed over the processes of one name: {'raylet': mb, ...}."""
-    out: dict[str, float] = {}
-    for k, mb in parts.items():
-        name = k.rsplit(" ", 1)[0]
-        out[name] = out.get(name, 0.0) + mb
-    return out
-
-
-def flwr_run_peak(link, run_config: str, federation: str, every: float = 0.5,
-                  app_dir: Path = ROOT, timeout: float = 7200.0) -> tuple:
-    """`flwr run <app_dir>` on `link` (a running LocalSuperLink): (the finished process, wall
-    seconds, peak host MB of the SuperLink's whole process tree: resident sizes summed, sampled
-    every `every` seconds). Also kept as attributes of this function, set also when the run
-    times out (subprocess.TimeoutExpired is raised on): `rss` (that peak), `breakdown` (MB per
-    process name at that peak), `pss` and `pss_parts` (the same with proportional sizes, whose
-    sum counts a shared library once)."""
-    peak = {"rss": (0.0, {}), "pss": (0.0, {})}
-    stop = threading.Event()
-
-    def sample():
-        while not stop.wait(every):
-            rss = _tree_rss_by_process(link.proc.pid)
-            pss = {k: _pss_mb(int(k.rsplit(" ", 1)[1])) for k in rss}
-            for kind, parts in (("rss", rss), ("pss", pss)):
-                if sum(parts.values()) > peak[kind][0]:
-                    peak[kind] = (sum(parts.values()), parts)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    t = time.perf_counter()
-    command = ["flwr", "run", ".", link.connection, "--stream", "--federation-config", federation]
-    if run_config:
-        command += ["--run-config", run_config]
-    try:
-        proc = subprocess.run(command, cwd=app_dir, env=link.env, capture_output=True,
-                              text=True, timeout=timeout, check=False)
-    finally:
-        wall = time.perf_counter() - t
-        stop.set()
-        sampler.join()
-        flwr_run_peak.rss, flwr_run_peak.breakdown = peak["rss"][0], _by_name(peak["rss"][1])
-        flwr_run_peak.pss, flwr_run_peak.pss_parts = peak["pss"][0], _by_name(peak["pss"][1])
-    return proc, wall, peak["rss"][0]
-
-
 def app_config(w: Workload, rounds: int, data: Path, out: Path, name: str) -> dict:
     """The app's run config for this workload: FedAvg, plain SGD, no augmentation, every client
     every round, the test set evaluated in the last round only."""
@@ -243,7 +138,7 @@ def app_config(w: Workload, rounds: int, data: Path, out: Path, name: str) -> di
 def app_run(w: Workload, rounds: int, data: Path, out: Path, gpus_per_client: float,
             link=None, run_name: str | None = None) -> dict:
     """One `flwr run` of `rounds` rounds (on `link`, a running LocalSuperLink, else its own)."""
-    from reporting.superlink import LocalSuperLink
+    from experiments.superlink import LocalSuperLink
 
     name = run_name or w.name
     run_config = " ".join(f"{k}={v!r}" for k, v in app_config(w, rounds, data, out, name).items())
@@ -274,7 +169,7 @@ def interleaved(w: Workload, blocks: int, rounds: int, data: Path, out: Path,
     """`blocks` blocks of one plain process and one app run, each of 1 + `rounds` rounds, in the
     order plain, app, app, plain, ... (one SuperLink for every app run): (plain, app) dicts
     with a list per block."""
-    from reporting.superlink import LocalSuperLink
+    from experiments.superlink import LocalSuperLink
 
     plain = {"round-seconds": [], "peak-host-mb": 0.0, "peak-device-mb": None}
     app = {"round-seconds": [], "train-seconds": [], "first-round-seconds": [],

@@ -1,6 +1,7 @@
-"""The ClientApp (`client_app.app:app`) and the local update it runs (`client_app.local_update`);
-for a ClientApp of your own, the client's share of a method (`blocks`: `LocalMethod`,
-`query_reply`). Imported lazily: `client_app.app` is the app's whole client."""
+"""The ClientApp (`client_app.app:app`) and the one client step it trains through
+(`client_step.ClientStep`, inside `local_update`); for a ClientApp of your own, the same step
+built from a train instruction (`LocalMethod`) and the partition reply (`query_reply`), both in
+`own_app`. Imported lazily: `client_app.app` is the app's whole client."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import fedacg_gc  # noqa: F401  (first: a module that shadows one of ours is nam
 
 import importlib
 
-_EXPORTS = {"LocalMethod": "blocks", "query_reply": "blocks"}
+_EXPORTS = {"LocalMethod": "own_app", "query_reply": "own_app", "ClientStep": "client_step",
+            "LocalContext": "client_step"}
 
 __all__ = sorted(_EXPORTS)
 

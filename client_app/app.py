@@ -1,7 +1,8 @@
 """ClientApp: local training (docs/algorithms.md#local-update) and federated evaluation on the
 node's partition.
 
-Thin Flower glue: the maths is in `local_update`. In deployment every message starts a fresh
+Thin Flower glue: the maths is in the client step (`client_step.ClientStep`, through
+`local_update`). In deployment every message starts a fresh
 process, so the import path stays light (torch, flwr, our models; no `datasets`/scikit-learn) and
 the node's prepared partition comes from its local disk (`feddata.disk_cache`) after the first
 message; in a simulation actor, data and model are also cached in memory between calls.
@@ -21,14 +22,14 @@ from feddata.augment import TrainTransform
 from feddata.disk_cache import cache_dir, load_prepared_partition
 from feddata.padding import pad_to_full_batches
 from feddata.specs import spec_of
-from methods import uplink_codec
 from models import build_model
 from models.evaluation import evaluate as evaluate_model
 from models.wire import array_record, state_view
 
-from .client_state import store_for
-from .local_update import LocalContext, local_update
-from .objective import settings
+from .client_state_store import store_for
+from .client_step import LocalContext
+from .local_update import local_update
+from .settings import method_parts, settings
 from .received import check_train_config
 
 app = ClientApp()
@@ -158,10 +159,9 @@ def train(msg: Message, context: Context) -> Message:
     store = store_for(c, pid, context.node_config, context.state)  # per-client state, if any
     ctx = LocalContext(down=down, state=context.state, server_round=server_round,
                        partition_id=pid, train_y=train_y, num_classes=data.num_classes,
-                       num_partitions=num_partitions, store=store)
-    codec_class = uplink_codec(cfg)  # e.g. FedPAQ's quantization (uplink-bits > 0), else None
-    codec = codec_class(cfg) if codec_class else None
-    parts = client.parts if codec is None else (codec, *client.parts)  # (its end() runs first)
+                       num_partitions=num_partitions, store=store,
+                       partition_sizes=partition_sizes(cfg, client.parts, num_partitions))
+    codec, parts = method_parts(cfg, client.parts)  # e.g. FedPAQ's quantization, first
     # torch's own generator (dropout: vgg11-gcfed) seeded per seed, round and partition too,
     # inside a fork so that nothing outside the local update sees it
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
@@ -175,6 +175,17 @@ def train(msg: Message, context: Context) -> Message:
                           "metrics": MetricRecord(metrics),
                           **ctx.up})  # the method's extra records (none for most methods)
     return Message(content=content, reply_to=msg)
+
+
+def partition_sizes(cfg: dict, parts: tuple, num_partitions: int) -> tuple[int, ...] | None:
+    """The training examples of every partition, for the parts that weigh clients by them
+    (FedDC's om_i and K; a node with its own data is refused those methods above); None where
+    no part needs them."""
+    if num_partitions <= 0 or not any(p.uses_partition_sizes for p in parts):
+        return None
+    from feddata.summary import training_sizes
+
+    return training_sizes(cfg, num_partitions)
 
 
 @app.evaluate()

@@ -3,7 +3,7 @@
 A train message carries only what changes per round (`lr`, `server-round`, and for methods with
 per-client state which version of it to start from: `client-state-*`); the local settings
 (`batch-size`, `local-epochs`, ...) come from the run config, resolved and range-checked once per
-process (client_app/objective.py). What the message carries is validated against the same ranges
+process (client_app/settings.py). What the message carries is validated against the same ranges
 as the run config (run_config/schema.py): a bad value fails this message at once with an error
 reply that names the key, instead of training on it.
 """
@@ -40,7 +40,7 @@ def check_train_config(config: Mapping) -> None:
 
 
 def check_client_state_keys(config: Mapping) -> None:
-    """The per-client state keys (strategies/client_state.py), all three or none: a run token
+    """The per-client state keys (strategies/client_state_rounds.py), all three or none: a run token
     of 32 hex digits (it names a folder on the node) and 0 <= keep <= round < server-round."""
     names = ("client-state-run", "client-state-round", "client-state-keep")
     present = [n for n in names if n in config]

@@ -17,9 +17,8 @@ _EXPORTS = {
     "load_partition": "loading", "load_test_data": "loading", "load_test_split": "loading",
     "spec_of": "specs",
     "DATASETS": "specs", "DATASET_BY_NAME": "specs", "DatasetSpec": "specs",
-    "ClientPopulation": "population",
     "BalancedDirichletPartitioner": "partitioners", "build_partitioner": "partitioners",
-    "PreparedPartition": "disk_cache", "load_prepared_partition": "disk_cache",
+    "PreparedPartition": "partition", "load_prepared_partition": "disk_cache",
 }
 
 __all__ = sorted([*_EXPORTS, "PARTITIONERS"])

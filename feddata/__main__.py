@@ -24,13 +24,14 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    from run_config.schema import DATASETS
+    from .specs import DATASETS
 
+    datasets = (*DATASETS, "custom")
     parser = argparse.ArgumentParser(prog="python -m feddata", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     check = sub.add_parser("check", help="check a node's own data folder")
     check.add_argument("data_path", help="the folder a SuperNode's node config data-path names")
-    check.add_argument("--dataset", required=True, choices=DATASETS,
+    check.add_argument("--dataset", required=True, choices=datasets,
                        help="the run's dataset: its label space and input shape")
     check.add_argument("--client-val-fraction", type=float, default=0.1,
                        help="the share held out for federated evaluation (as the run's key)")
@@ -53,15 +54,13 @@ def main(argv: list[str] | None = None) -> int:
         for folder in make(args.out, args.nodes, args.seed):
             print(folder)
         return 0
-    from run_config import ConfigError
-
     from .own_data import OwnDataError, read_own_data
-    from .specs import spec_of
+    from .specs import DataSettingError, spec_of
 
     try:
         spec = spec_of({"dataset": args.dataset, "custom-classes": args.classes,
                         "custom-shape": args.shape, "custom-mean": "", "custom-std": ""})
-    except ConfigError as err:
+    except DataSettingError as err:
         print(f"error: {str(err).replace('run config ', '')} (here: --classes, --shape)",
               file=sys.stderr)
         return 2
@@ -70,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     except OwnDataError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    from .loading import held_out_size
+    from .partition import held_out_size
 
     n = len(data.y)
     held = held_out_size(n, args.client_val_fraction)

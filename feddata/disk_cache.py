@@ -12,10 +12,11 @@ Where: node config `cache-dir` (`flower-supernode --node-config "... cache-dir='
 else the environment variable FEDACG_CACHE_DIR, else `$XDG_CACHE_HOME/fedacg-gc/partitions`
 (default `~/.cache/fedacg-gc/partitions`). The value `off` disables the disk cache.
 
-Key: every run-config key of the `data` group of `run_config.schema` plus `seed` (a superset of
-`feddata.loading.DATA_KEYS`, so a data key added to the schema is keyed without touching this
-file), the partition id and count, the versions of the data libraries and a hash of the data
-code (`feddata/*.py`), so a changed split or preprocessing never reads a stale file.
+Key: every run-config key of the `data` group of `run_config/schema.py` plus `seed`
+(`CACHE_KEY_NAMES`, a superset of `feddata.loading.DATA_KEYS`; a test keeps it equal to the
+schema's data group, so a data key added there must be added here), the partition id and
+count, the versions of the data libraries and a hash of the data code (`feddata/*.py`), so a
+changed split or preprocessing never reads a stale file.
 
 Repair: a file that cannot be read, has another key, or lacks a tensor is rebuilt and replaced;
 `<name>.<pid>.<random>.tmp` files left by a writer that was killed (its process is gone, or the
@@ -28,34 +29,29 @@ import functools
 import hashlib
 import json
 import os
-import tempfile
 import time
-from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Mapping
 
 import torch
 
-from run_config.schema import KEYS
+from fileio.atomic import write_torch_atomic
+
+from .partition import PreparedPartition
 
 FORMAT = 1  # bump when the file layout changes
-CACHE_KEY_NAMES: tuple[str, ...] = tuple(k.name for k in KEYS if k.group == "data") + ("seed",)
+# The run-config keys of the schema's data group, in its order, and the seed (tests hold them
+# equal): the data package takes their values from the caller's config and imports no run config.
+CACHE_KEY_NAMES: tuple[str, ...] = (
+    "dataset", "dataset-path", "client-data", "test-data", "num-clients", "custom-classes",
+    "custom-shape", "custom-mean", "custom-std", "partitioner", "dirichlet-alpha", "lda-alpha",
+    "lda-min-size", "lda-self-balancing", "shards-per-client", "test-fraction",
+    "test-max-examples", "client-val-fraction", "augment", "augment-padding",
+    "augment-rotation", "seed")
 _DATA_LIBRARIES = ("datasets", "flwr-datasets", "numpy")
 _FEDDATA = Path(__file__).resolve().parent
 STALE_TMP_SECONDS = 600.0  # a cache write takes seconds; an older .tmp file is a dead write's
-
-
-@dataclass(frozen=True)
-class PreparedPartition:
-    """A client's train and held-out tensors and the shapes its model needs."""
-
-    train_x: torch.Tensor
-    train_y: torch.Tensor
-    val_x: torch.Tensor
-    val_y: torch.Tensor
-    in_shape: tuple[int, ...]
-    num_classes: int
 
 
 def cache_dir(node_config: Mapping[str, Any] | None = None) -> Path | None:
@@ -138,7 +134,8 @@ def _read(path: Path, key: dict[str, Any]) -> PreparedPartition | None:
 
 
 def _writer_gone(tmp: Path) -> bool:
-    """Whether the process named in `<name>.<pid>.<random>.tmp` is not running here."""
+    """Whether the process named in `.<name>.<pid>.<random>.tmp` (`fileio.atomic`'s temporary
+    name) is not running here."""
     parts = tmp.name.split(".")
     try:
         pid = int(parts[-3])
@@ -178,15 +175,8 @@ def _write(path: Path, key: dict[str, Any], part: PreparedPartition) -> None:
         "in_shape": list(part.in_shape), "num_classes": part.num_classes,
     }
     remove_stale_tmp(path.parent)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{path.name}.{os.getpid()}.",
-                               suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(blob, f)
-        os.replace(tmp, path)  # atomic: a concurrent reader sees the old file or the whole new one
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    # atomic: a concurrent reader sees the old file or the whole new one
+    write_torch_atomic(path, blob)
 
 
 _memory: dict[Path, PreparedPartition] = {}  # a Ray actor serves many rounds in one process

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .partition import held_out_size  # noqa: F401  (re-exported)
 from .specs import DATASET_BY_NAME, DatasetSpec, spec_of  # noqa: F401  (spec_of: re-exported)
 
 # Config keys that determine the data a client or the server sees.
@@ -157,13 +158,6 @@ def to_tensors(ds, spec: DatasetSpec, ready: bool) -> tuple[torch.Tensor, torch.
 
     x = input_tensor(ds, spec)
     return (normalize(x, spec) if ready else x), label_tensor(ds, spec)
-
-
-def held_out_size(n: int, val_fraction: float) -> int:
-    """How many of a partition's n examples are held out (client-val-fraction); the client
-    trains on the other n - held_out_size(n, val_fraction)."""
-    val_n = int(round(n * val_fraction))
-    return val_n if 0 < val_n < n else 0
 
 
 @functools.lru_cache(maxsize=256)

@@ -200,7 +200,7 @@ def split_held_out(data: OwnData, spec: DatasetSpec, val_fraction: float, seed: 
     """(train_x, train_y, val_x, val_y): `val_fraction` of the examples held out at random
     (seeded) for federated evaluation, normalized; the rest as stored, for training."""
     from .decode import normalize
-    from .loading import held_out_size
+    from .partition import held_out_size
 
     n = len(data.y)
     val_n = held_out_size(n, val_fraction)
@@ -212,7 +212,7 @@ def split_held_out(data: OwnData, spec: DatasetSpec, val_fraction: float, seed: 
 def prepared_own_data(cfg: dict, path: str):
     """The node's own data as the ClientApp trains on it (a `disk_cache.PreparedPartition`):
     all of the folder, `client-val-fraction` held out (seeded by `seed`)."""
-    from .disk_cache import PreparedPartition
+    from .partition import PreparedPartition
     from .specs import spec_of
 
     spec = spec_of(cfg)

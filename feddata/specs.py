@@ -81,13 +81,54 @@ DATASET_BY_NAME: dict[str, DatasetSpec] = {
 DATASETS = tuple(DATASET_BY_NAME)
 
 
+class DataSettingError(ValueError):
+    """A data setting (a run-config key of the data group) that the data cannot be read with."""
+
+
+def _numbers(cfg: dict, name: str, kind: type, low: float, high: float, allowed: str,
+             example: str) -> list:
+    text = str(cfg[name]).replace(" ", "")
+    try:
+        values = [kind(v) for v in text.split(",")] if text else []
+    except ValueError:
+        values = None
+    if values is None or any(not low <= v <= high for v in values):
+        raise DataSettingError(f"run config '{name}' = '{cfg[name]}': expected {allowed}, "
+                               f"comma-separated (e.g. {name}='{example}').")
+    return values
+
+
+def custom_dataset(cfg: dict) -> tuple[int, tuple[int, ...], tuple, tuple]:
+    """dataset = 'custom': (classes, (C, H, W), mean, std) from the custom-* keys, checked
+    (DataSettingError naming the key otherwise)."""
+    classes = cfg["custom-classes"]
+    if isinstance(classes, bool) or not isinstance(classes, int) or classes < 2:
+        raise DataSettingError(f"run config 'custom-classes' = {classes}: dataset = 'custom' "
+                               "needs its number of classes, at least 2 (e.g. "
+                               "custom-classes=10).")
+    shape = _numbers(cfg, "custom-shape", int, 1, 4096, "C,H,W", "3,32,32")
+    if len(shape) != 3 or shape[0] not in (1, 3):
+        raise DataSettingError(f"run config 'custom-shape' = '{cfg['custom-shape']}': dataset "
+                               "= 'custom' needs the images' shape C,H,W with C = 1 (grey) or 3 "
+                               "(RGB), e.g. custom-shape='3,32,32'.")
+    stats = []
+    for key, fill, low in (("custom-mean", 0.0, -1e3), ("custom-std", 1.0, 1e-6)):
+        values = _numbers(cfg, key, float, low, 1e3, f"{shape[0]} number(s), one per channel, "
+                          "pixel values scaled to [0, 1]", ",".join(["0.5"] * shape[0])
+                          ) or [fill] * shape[0]
+        if len(values) != shape[0]:
+            raise DataSettingError(f"run config '{key}' = '{cfg[key]}' has {len(values)} "
+                                   f"value(s) and the images {shape[0]} channel(s): give one "
+                                   "per channel.")
+        stats.append(tuple(values))
+    return classes, tuple(shape), stats[0], stats[1]
+
+
 def spec_of(cfg: dict) -> DatasetSpec:
     """The run's dataset: a known one, or dataset = 'custom' as its custom-* keys declare it
     (images; columns 'image' and 'label' in a local copy)."""
     if cfg["dataset"] != "custom":
         return DATASET_BY_NAME[cfg["dataset"]]
-    from run_config.resolve import custom_dataset
-
     classes, shape, mean, std = custom_dataset(cfg)
     return DatasetSpec(shape, classes, "image", "label", mean, std, scale=255.0, kind="image",
                        test_splits=("test",), model="cnn")

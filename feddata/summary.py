@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -41,6 +42,21 @@ def partition_labels(cfg: dict[str, Any], num_partitions: int):
         return
     for pid in range(num_partitions):
         yield column(load_partition(cfg, pid, num_partitions), label)
+
+
+@functools.lru_cache(maxsize=8)
+def _training_sizes(frozen_cfg: tuple, num_partitions: int) -> tuple[int, ...]:
+    from .partition import held_out_size
+
+    cfg = dict(frozen_cfg)
+    sizes = (len(labels) for labels in partition_labels(cfg, num_partitions))
+    return tuple(n - held_out_size(n, cfg["client-val-fraction"]) for n in sizes)
+
+
+def training_sizes(cfg: dict[str, Any], num_partitions: int) -> tuple[int, ...]:
+    """n_j: the training examples of every partition (its held-out part removed), in partition
+    order; for the client parts that weigh clients by them (FedDC)."""
+    return _training_sizes(tuple(sorted(cfg.items())), num_partitions)
 
 
 def partition_summary(cfg: dict[str, Any], num_partitions: int) -> dict[str, Any]:

@@ -9,7 +9,7 @@ No SuperLink, no Ray, no serialization of messages: the ServerApp's `main` is ca
 / `query` functions directly. Node i holds partition i (`node_config` partition-id = i,
 num-partitions = num_nodes, as the simulation injects them) and keeps ONE Flower `Context` for
 the whole run, so per-client state (`Context.state`) lives across rounds as in a simulation.
-Used by the fast sweep backend (`reporting.sweep`, `backend: in-process`) and by the tests.
+Used by the fast sweep backend (`experiments.sweep`, `backend: in-process`) and by the tests.
 """
 
 from __future__ import annotations

@@ -14,13 +14,15 @@ Server (state G and H = sum over all clients of h_j, 2x):
     H += sum_{i in S} d_i;   theta = mean_S(w_i) + H / N
 Down theta and G, up w_i and the G_i change: 2x each way. `alpha` is the key `feddc-alpha`; n_i
 is the number of training examples of partition i (its held-out part removed, as the client
-reports it), computed on the client from the partitioning, which every node makes the same way.
+reports it): the ClientApp hands every partition's count to the part (`LocalContext.
+partition_sizes`, from the partitioning, which every node makes the same way); this module reads
+no data.
 """
 
 from __future__ import annotations
 
-import functools
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from .feddyn import UNTESTED_GC, ModelStepRule
@@ -32,38 +34,39 @@ H_I_STATE, G_I_STATE = "feddc-h-i", "feddc-g-i"
 UP = {DELTA_G_RECORD: UpRecord()}  # om_i (G_i+ - G_i): one tensor per parameter, screened
 
 
-@functools.lru_cache(maxsize=8)
-def _training_sizes(frozen_cfg: tuple, num_partitions: int) -> tuple[int, ...]:
-    """n_j: the training examples of every partition (its held-out part removed)."""
-    from feddata.loading import held_out_size
-    from feddata.summary import partition_labels
-
-    cfg = dict(frozen_cfg)
-    sizes = (len(labels) for labels in partition_labels(cfg, num_partitions))
-    return tuple(n - held_out_size(n, cfg["client-val-fraction"]) for n in sizes)
-
-
-def correction_steps(cfg: dict[str, Any], steps_taken: int, num_partitions: int) -> int:
+def correction_steps(cfg: dict[str, Any], steps_taken: int, sizes: Sequence[int]) -> int:
     """K of the correction d_i / (K lr) (docs/baselines.md#feddc). 'mean', FedDC's code: one K
     for every client, local-iterations where set, else local-epochs * ceil(mean_j n_j / batch)
-    over the N partitions' training examples; 'own' (and a local update outside a federation,
-    num_partitions = 0): the steps this client took."""
-    if cfg.get("feddc-steps", "mean") == "own" or num_partitions <= 0:
+    over the N partitions' training examples `sizes`; 'own' (and a local update outside a
+    federation, no sizes): the steps this client took."""
+    if cfg.get("feddc-steps", "mean") == "own" or not sizes:
         return steps_taken
     if cfg["local-iterations"] > 0:
         return int(cfg["local-iterations"])
-    sizes = _training_sizes(tuple(sorted(cfg.items())), num_partitions)
-    return int(cfg["local-epochs"]) * math.ceil(sum(sizes) / num_partitions / cfg["batch-size"])
+    return int(cfg["local-epochs"]) * math.ceil(sum(sizes) / len(sizes) / cfg["batch-size"])
 
 
-def client_weight(cfg: dict[str, Any], partition: int, num_partitions: int) -> float:
-    """om_i = n_i N / sum_j n_j over the N partitions, n_j their training examples (1 when every
-    partition has the same size; 1 for a local update outside a federation, num_partitions =
-    0)."""
-    if num_partitions <= 0:
+def client_weight(partition: int, sizes: Sequence[int]) -> float:
+    """om_i = n_i N / sum_j n_j over the N partitions' training examples `sizes` (1 when every
+    partition has the same size; 1 for a local update outside a federation, no sizes)."""
+    if not sizes:
         return 1.0
-    sizes = _training_sizes(tuple(sorted(cfg.items())), num_partitions)
-    return sizes[partition] * num_partitions / sum(sizes)
+    return sizes[partition] * len(sizes) / sum(sizes)
+
+
+def partition_sizes(ctx) -> tuple[int, ...]:
+    """n_j of the N clients as the app hands them (`LocalContext.partition_sizes`); () outside a
+    federation (N = 0)."""
+    sizes = tuple(ctx.partition_sizes or ())
+    if ctx.num_partitions <= 0:
+        return ()
+    if len(sizes) != ctx.num_partitions or not 0 <= ctx.partition_id < len(sizes):
+        raise ValueError(
+            f"FedDC weighs client i by om_i = n_i N / sum_j n_j, and this local update has "
+            f"{len(sizes)} training-set size(s) for N = {ctx.num_partitions} clients: hand the "
+            "training examples of every client (a ClientApp of your own: LocalMethod(..., "
+            "partition_sizes=[n_0, ..., n_N-1]))")
+    return sizes
 
 
 class DriftCorrection(ClientPart):
@@ -84,8 +87,8 @@ class DriftCorrection(ClientPart):
     def begin(self, ctx) -> None:
         import torch
 
-        self.om = client_weight(self.cfg, ctx.partition_id, ctx.num_partitions)
-        self.num_partitions = ctx.num_partitions
+        self.sizes = partition_sizes(ctx)
+        self.om = client_weight(ctx.partition_id, self.sizes)
         self.names = [n for n, _ in ctx.model.named_parameters()]
 
         def load(name):
@@ -116,7 +119,7 @@ class DriftCorrection(ClientPart):
         d = torch._foreach_sub([p.detach() for p in ctx.params], self.phi)  # d_i = w_K - phi
         h_i = torch._foreach_add(self.h_i, d)
         # G_i+ - G_i = -G/om_i - d_i / (K lr)
-        k = correction_steps(self.cfg, ctx.steps_done, self.num_partitions)
+        k = correction_steps(self.cfg, ctx.steps_done, self.sizes)
         delta = torch._foreach_mul(d, -1.0 / (k * float(self.cfg["lr"])))
         torch._foreach_sub_(delta, self.g_over_om)
         g_i = torch._foreach_add(self.g_i, delta)

@@ -15,7 +15,10 @@ from __future__ import annotations
 
 import os
 import tempfile
+from pathlib import Path
 from typing import Any
+
+from fileio.atomic import write_atomic
 
 from .parts import Method, ServerRule, SettingError
 from .registry import register
@@ -166,12 +169,8 @@ class FedVARPRule(ServerRule):
         name = f"fedvarp-rows-{uuid.uuid4().hex}.f32"
         path = os.path.join(self.folder, name)
         os.makedirs(self.folder, exist_ok=True)
-        with open(path + ".tmp", "wb") as f:
-            for j in seen:
-                f.write(self.table.data[j].numpy().tobytes())
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(path + ".tmp", path)
+        write_atomic(Path(path), lambda f: f.writelines(
+            self.table.data[j].numpy().tobytes() for j in seen))
         self.row_files.append(path)
         for old in self.row_files[:-2]:
             try:

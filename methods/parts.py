@@ -16,7 +16,7 @@ from server_math.records import FLOATS, PARAMETERS, ReplyMetric, UpRecord  # noq
 Config = dict[str, Any]  # a resolved run config (run_config.resolve)
 # The strategies of `strategies.named` send their method to the clients in each train
 # instruction's config as keys with this prefix: 'method.name', 'method.<run-config key>' for each
-# setting given, 'method.classifier' (read by `client_app.blocks.LocalMethod`).
+# setting given, 'method.classifier' (read by `client_app.own_app.LocalMethod`).
 CONFIG_PREFIX = "method."
 
 
@@ -46,7 +46,7 @@ class ClientPart:
 
     At most one part of an objective may override `model_forward`, and one `step_grad`.
 
-    `ctx` is a `client_app.objective.LocalContext`: the model, its parameters, the received
+    `ctx` is a `client_app.settings.LocalContext`: the model, its parameters, the received
     records (`down`), the node's persistent state (`ctx.state`, the node's Flower
     Context.state: a RecordDict kept across rounds; per-client state goes through
     `ctx.load_state` / `ctx.save_state`), the round and the learning rate.

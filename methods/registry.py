@@ -161,7 +161,7 @@ def check_parts(cfg: dict[str, Any]) -> list[str]:
                      for why in untested_combinations(cfg)]
     # Parts with per-client state resume too: the server names the version of its state each
     # client starts from, and a client whose copy is lost refuses to train with an error
-    # (client_app/client_state.py; docs/baselines.md#client-state).
+    # (client_app/client_state_store.py; docs/baselines.md#client-state).
     return problems
 
 

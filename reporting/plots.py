@@ -13,6 +13,8 @@ from typing import Any
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from fileio.atomic import write_atomic
+
 from .metrics import curve
 
 FIGSIZE = (6.4, 4.0)
@@ -33,9 +35,8 @@ def _figure(title: str, xlabel: str, ylabel: str):
 
 def _save(fig: Figure, path: Path) -> Path:
     fig.tight_layout()
-    tmp = path.with_name(path.stem + ".tmp.png")
-    fig.savefig(tmp, dpi=DPI)  # no bbox_inches="tight": keep the size fixed
-    tmp.replace(path)
+    # no bbox_inches="tight": keep the size fixed
+    write_atomic(Path(path), lambda f: fig.savefig(f, dpi=DPI, format="png"))
     return path
 
 
@@ -124,10 +125,8 @@ def plot_label_distribution(partitioner, label: str, path: Path, title: str = ""
         verbose_labels=True, title=title or "Examples per label in each client's partition",
         figsize=(max(6.4, 0.25 * min(n, 100) + 2), 4.0))
     path = Path(path)
-    tmp = path.with_name(path.stem + ".tmp.png")
-    try:
-        fig.savefig(tmp, dpi=DPI, bbox_inches="tight")  # the legend sits outside the axes
-        tmp.replace(path)
+    try:  # the legend sits outside the axes
+        write_atomic(path, lambda f: fig.savefig(f, dpi=DPI, bbox_inches="tight", format="png"))
     finally:
         import matplotlib.pyplot as plt  # flwr-datasets draws on a pyplot figure: free it
 

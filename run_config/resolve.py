@@ -6,12 +6,13 @@ import difflib
 from collections.abc import Mapping
 from typing import Any
 
-from .errors import ConfigError
 import methods
+from feddata.specs import DataSettingError, custom_dataset
 from methods.registry import parse_objective
 
-from .presets import PRESETS
 from .coerce import coerce
+from .errors import ConfigError
+from .presets import PRESETS
 from .schema import KEYS, KEYS_BY_NAME, NATURAL_ID_DATASETS, PRESET
 from .setups import apply_setup
 
@@ -109,32 +110,13 @@ def _check_combinations(cfg: dict[str, Any], explicit: set[str]) -> None:
     _check_own_data(cfg)
 
 
-def custom_dataset(cfg: Mapping[str, Any]) -> tuple[int, tuple[int, ...], tuple, tuple]:
-    """dataset = 'custom': (classes, (C, H, W), mean, std) from the custom-* keys, checked."""
-    classes = cfg["custom-classes"]
-    if classes < 2:
-        raise ConfigError(f"run config 'custom-classes' = {classes}: dataset = 'custom' needs "
-                          "its number of classes, at least 2 (e.g. custom-classes=10).")
-    shape = _number_list(cfg, "custom-shape", int, 1, 4096, "C,H,W (e.g. '3,32,32')")
-    if len(shape) != 3 or shape[0] not in (1, 3):
-        raise ConfigError(f"run config 'custom-shape' = '{cfg['custom-shape']}': dataset = "
-                          "'custom' needs the images' shape C,H,W with C = 1 (grey) or 3 "
-                          "(RGB), e.g. custom-shape='3,32,32'.")
-    stats = []
-    for key, fill, low in (("custom-mean", 0.0, -1e3), ("custom-std", 1.0, 1e-6)):
-        values = _number_list(cfg, key, float, low, 1e3, f"{shape[0]} number(s), one per "
-                              "channel, pixel values scaled to [0, 1]") or [fill] * shape[0]
-        if len(values) != shape[0]:
-            raise ConfigError(f"run config '{key}' = '{cfg[key]}' has {len(values)} value(s) "
-                              f"and the images {shape[0]} channel(s): give one per channel.")
-        stats.append(tuple(values))
-    return classes, tuple(shape), stats[0], stats[1]
-
-
 def _check_own_data(cfg: dict[str, Any]) -> None:
     """client-data, test-data and the custom dataset keys (docs/deployment.md#own-data)."""
     if cfg["dataset"] == "custom":
-        custom_dataset(cfg)
+        try:
+            custom_dataset(cfg)
+        except DataSettingError as err:
+            raise ConfigError(str(err)) from None
         if cfg["client-data"] != "own":
             raise ConfigError("run config 'dataset' = 'custom' is data of your own, which no one "
                               "can split by partition-id: set client-data='own' (each node "

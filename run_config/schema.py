@@ -2,7 +2,7 @@
 
 The same table drives validation (`run_config.resolve`), the `[tool.flwr.app.config]` section of
 pyproject.toml (a test keeps them equal) and docs/configuration.md
-(`python -m run_config --markdown`).
+(`python -m pages --markdown`).
 """
 
 from __future__ import annotations
@@ -31,6 +31,10 @@ class Key:
     # May differ between a checkpoint's config and the config that resumes it (operational keys
     # that do not change the maths); every other key must be equal.
     resume_may_differ: bool = False
+    # A keyword of the named strategies (strategies.named: FedACG(lam=...), Method(...)): the
+    # method's and the baselines' knobs, the clients' learning rate, the screening of replies,
+    # sampling and the clients' population; the other keys configure this project's app.
+    strategy: bool = False
     # Allowed strings read from the methods registry when asked (methods may be registered after
     # this module is imported, e.g. by a test); added to `choices`.
     registry: Callable[[], tuple[str, ...]] | None = None
@@ -88,44 +92,48 @@ KEYS: tuple[Key, ...] = (
         registry=methods.method_names),
     Key("server-rule", str, "preset", "How the replies and the server state become the next "
         "theta (docs/extending.md): the method's own, or another method's rule.", "server",
-        choices=("preset",), registry=methods.server_rule_names),
+        choices=("preset",), registry=methods.server_rule_names, strategy=True),
     Key("lookahead", bool, PRESET,
         "Broadcast phi = theta + lam*m instead of theta (FedACG/FedAGM).",
-        "server", choices=_P),
+        "server", choices=_P, strategy=True),
     Key("lam", float, PRESET, "Server momentum / look-ahead coefficient lambda.",
-        "server", choices=_P, low=0.0, high=1.0, high_open=True),
+        "server", choices=_P, low=0.0, high=1.0, high_open=True, strategy=True),
     Key("eta", float, PRESET,
         "Server step size (FedAGM's tau; FedOpt's eta for fedadam/fedyogi/fedadagrad).",
-        "server", choices=_P, low=0.0, low_open=True, high=1e3),
+        "server", choices=_P, low=0.0, low_open=True, high=1e3, strategy=True),
     Key("aggregation", str, PRESET, "Client weights: proportional to examples, or uniform 1/|S_t|.",
-        "server", choices=("preset", "examples", "uniform")),
+        "server", choices=("preset", "examples", "uniform"), strategy=True),
     Key("global-gc", str, PRESET,
         "Global GC on the aggregated update: none, every layer, or only the "
-        "layers past the borderline.", "server", choices=("preset", "none", "all", "classifier")),
+        "layers past the borderline.", "server", choices=("preset", "none", "all", "classifier"),
+        strategy=True),
     Key("fedopt-tau", float, 1e-3,
         "Adaptivity tau of fedadam/fedyogi/fedadagrad (Flower's FedOpt).",
-        "server", low=0.0, low_open=True, high=1e3),
+        "server", low=0.0, low_open=True, high=1e3, strategy=True),
     Key("allow-untested-combinations", bool, False, "Run a combination of a method with "
         "look-ahead or GC that no paper defines (docs/baselines.md#combinations); the run folder "
-        "records it as untested.", "server"),
+        "records it as untested.", "server", strategy=True),
     # --- local update (docs/algorithms.md#local-update) ---
     Key("client-objective", str, "preset", "The client parts (loss terms, gradient corrections) "
         "added to alpha * CE, comma-separated in the order applied; 'none' = plain CE; "
-        "'preset' = the method's. Known parts: see docs/extending.md.", "client"),
+        "'preset' = the method's. Known parts: see docs/extending.md.", "client", strategy=True),
     Key("beta", float, PRESET, "Proximal coefficient: loss += beta/2 * ||w - phi||^2 (FedProx mu).",
-        "client", choices=_P, low=0.0, high=1e4),
+        "client", choices=_P, low=0.0, high=1e4, strategy=True),
     Key("alpha", float, 1.0, "Weight of the cross-entropy term (FedAGM's alpha).",
-        "client", low=0.0, low_open=True, high=1e4),
+        "client", low=0.0, low_open=True, high=1e4, strategy=True),
     Key("local-gc", str, PRESET, "Local GC of gradients: none, every layer, or the feature layers "
-        "before the borderline.", "client", choices=("preset", "none", "all", "features")),
+        "before the borderline.", "client", choices=("preset", "none", "all", "features"),
+        strategy=True),
     Key("gc-borderline", float, "classifier", "Borderline between local and global GC: before the "
         "model's classifier, or a fraction gc_lambda of the parameter tensors.",
-        "client", choices=("classifier",), low=0.0, high=1.0, low_open=True),
+        "client", choices=("classifier",), low=0.0, high=1.0, low_open=True, strategy=True),
     Key("gc-vectors", str, "center", "GC of 1-D tensors (biases, norm scales): centre them "
-        "(GC-Fed code) or skip them (original GC).", "client", choices=("center", "skip")),
-    Key("lr", float, 0.05, "Local SGD learning rate.", "client", low=0.0, low_open=True, high=1e3),
+        "(GC-Fed code) or skip them (original GC).", "client", choices=("center", "skip"),
+        strategy=True),
+    Key("lr", float, 0.05, "Local SGD learning rate.", "client", low=0.0, low_open=True, high=1e3,
+        strategy=True),
     Key("lr-decay", float, 1.0, "Per-round decay: round t uses lr * lr-decay^(t-1).",
-        "client", low=0.0, high=1.0, low_open=True),
+        "client", low=0.0, high=1.0, low_open=True, strategy=True),
     Key("lr-epoch-decay", float, 1.0, "Per-local-epoch decay on top of the round's: local epoch "
         "e = 0, 1, ... of round t uses lr * lr-decay^(t-1) * lr-epoch-decay^e (FedACG's code "
         "decays both by its local_lr_decay).", "client", low=0.0, high=1.0, low_open=True),
@@ -136,7 +144,7 @@ KEYS: tuple[Key, ...] = (
         "client", low=0, high=1_000_000),
     Key("batch-size", int, 16, "Local mini-batch size.", "client", low=1, high=100_000),
     Key("local-momentum", float, 0.0, "Momentum of the local SGD optimizer.",
-        "client", low=0.0, high=1.0, high_open=True),
+        "client", low=0.0, high=1.0, high_open=True, strategy=True),
     Key("weight-decay", float, 1e-3, "Weight decay of the local SGD optimizer.", "client", low=0.0,
         high=1e3),
     Key("grad-clip", float, 10.0, "Max gradient norm (clip_grad_norm_); 0 = no clipping.",
@@ -154,63 +162,64 @@ KEYS: tuple[Key, ...] = (
     # --- baselines' knobs (docs/baselines.md): one block per group of methods ---
     # (local-objective baselines: MOON, FedLC, FedNTD, FedDecorr)
     Key("moon-mu", float, 1.0, "MOON: weight mu of the model-contrastive term "
-        "(docs/baselines.md#moon).", "client", low=0.0, high=1e4),
+        "(docs/baselines.md#moon).", "client", low=0.0, high=1e4, strategy=True),
     Key("moon-tau", float, 0.5, "MOON: temperature of the cosine similarities.", "client",
-        low=0.0, low_open=True, high=1e4),
+        low=0.0, low_open=True, high=1e4, strategy=True),
     Key("lc-tau", float, PRESET, "FedLC: calibration strength tau, logits f_c - tau * "
         "n_c^(-1/4) (docs/baselines.md#fedlc); fedlc-fedacg 1, fedlc-gcfed 0.1.", "client",
-        choices=_P, low=0.0, high=1e4),
+        choices=_P, low=0.0, high=1e4, strategy=True),
     Key("ntd-beta", float, PRESET, "FedNTD: weight beta of the not-true distillation term "
         "(docs/baselines.md#fedntd); fedntd-fedacg 0.3, fedntd-gcfed 1.", "client", choices=_P,
-        low=0.0, high=1.0),
+        low=0.0, high=1.0, strategy=True),
     Key("ntd-tau", float, 1.0, "FedNTD: distillation temperature tau.", "client", low=0.0,
-        low_open=True, high=1e4),
+        low_open=True, high=1e4, strategy=True),
     Key("ntd-form", str, PRESET, "FedNTD: 'fedacg' = (1 - beta) CE + beta KL (FedACG code), "
         "'gcfed' = CE + beta tau^2 KL (GC-Fed and FedNTD code).", "client",
-        choices=("preset", "fedacg", "gcfed")),
+        choices=("preset", "fedacg", "gcfed"), strategy=True),
     Key("decorr-beta", float, PRESET, "FedDecorr: weight beta of the decorrelation term "
         "(docs/baselines.md#feddecorr); feddecorr-fedacg 0.01, feddecorr-gcfed 0.001.", "client",
-        choices=_P, low=0.0, high=1e4),
+        choices=_P, low=0.0, high=1e4, strategy=True),
     Key("decorr-features", str, PRESET, "FedDecorr: the features decorrelated: the penultimate "
         "ones, or (GC-Fed code) the flattened conv map for the CNN and the penultimate ones "
-        "otherwise.", "client", choices=("preset", "penultimate", "conv-map")),
+        "otherwise.", "client", choices=("preset", "penultimate", "conv-map"), strategy=True),
 
     # (local-objective baselines: FedSOL, FedMLB)
     Key("sol-rho", float, 1.0, "FedSOL's perturbation size rho (docs/baselines.md#fedsol); "
-        "0 = FedAvg's step.", "client", low=0.0, high=1e4),
+        "0 = FedAvg's step.", "client", low=0.0, high=1e4, strategy=True),
     Key("mlb-lambda1", float, 1.0, "FedMLB's weight lambda_1 of the branches' cross-entropy "
-        "(docs/baselines.md#fedmlb).", "client", low=0.0, high=1e4),
+        "(docs/baselines.md#fedmlb).", "client", low=0.0, high=1e4, strategy=True),
     Key("mlb-lambda2", float, 1.0, "FedMLB's weight lambda_2 of the branches' KL to the main "
-        "logits.", "client", low=0.0, high=1e4),
+        "logits.", "client", low=0.0, high=1e4, strategy=True),
     Key("mlb-temperature", float, 1.0, "FedMLB's temperature T of that KL.", "client", low=0.0,
-        low_open=True, high=1e4),
+        low_open=True, high=1e4, strategy=True),
 
     # (stateful baselines: SCAFFOLD, FedDyn, FedDC)
     Key("feddyn-alpha", float, 0.1, "FedDyn's alpha: loss += alpha/2 ||w - phi||^2 - <g_i, w>, "
         "server theta = mean - h/alpha (docs/baselines.md#feddyn).", "client", low=0.0,
-        low_open=True, high=1e4),
+        low_open=True, high=1e4, strategy=True),
     Key("feddc-alpha", float, 0.01, "FedDC's alpha: drift penalty "
         "alpha/om_i/2 ||w - (phi - h_i)||^2 (docs/baselines.md#feddc).", "client", low=0.0,
-        low_open=True, high=1e4),
+        low_open=True, high=1e4, strategy=True),
     Key("feddc-steps", str, "mean", "FedDC: K of the correction d_i/(K lr): 'mean', as its "
         "code, one K for all clients (local-epochs * ceil(mean n_j / batch-size), or "
         "local-iterations); 'own', the steps each client took (docs/baselines.md#feddc).",
-        "client", choices=("mean", "own")),
+        "client", choices=("mean", "own"), strategy=True),
 
     # (FedCM, FedVARP, FedPAQ uplink codec)
     Key("fedcm-alpha", float, 0.1, "FedCM's a: the client steps along a * gradient + (1 - a) * "
         "Delta, Delta the server's average gradient of the last round (docs/baselines.md#fedcm).",
-        "client", low=0.0, high=1.0),
+        "client", low=0.0, high=1.0, strategy=True),
     Key("fedvarp-memory-mb", float, 2048.0, "FedVARP keeps the last update of every client (N "
         "models): in memory up to this many MB, beyond in a memory-mapped file next to the runs "
-        "(docs/baselines.md#fedvarp).", "server", low=0.0, resume_may_differ=True, high=1e9),
+        "(docs/baselines.md#fedvarp).", "server", low=0.0, resume_may_differ=True, high=1e9,
+        strategy=True),
     Key("uplink-bits", int, PRESET, "FedPAQ uplink quantization: each client sends d_i = w - phi "
         "quantized to this many bits per element (s = 2^(b-1) levels, stochastic rounding); 0 = "
-        "off (docs/baselines.md#fedpaq).", "client", choices=_P, low=0, high=16),
+        "off (docs/baselines.md#fedpaq).", "client", choices=_P, low=0, high=16, strategy=True),
     Key("uplink-tensors", str, "all", "Which tensors uplink-bits quantizes: every float tensor, "
         "or the gymlab code's conv weights without the stem (gymlab) or with the stem conv and the "
         "classifier weight (gymlab-first-last); the others are sent in fp32.", "client",
-        choices=("all", "gymlab", "gymlab-first-last")),
+        choices=("all", "gymlab", "gymlab-first-last"), strategy=True),
 
     # --- federation ---
     Key("num-server-rounds", int, 30, "Number of rounds T (with resume: the round to end at).",
@@ -225,32 +234,34 @@ KEYS: tuple[Key, ...] = (
         "federation", low=1, high=1_000_000),
     Key("min-train-clients", int, 1, "Least number of valid train replies for a round to update "
         "the model; with fewer the round is skipped (theta and m unchanged).", "federation", low=1,
-        high=1_000_000),
+        high=1_000_000, strategy=True),
     Key("max-skipped-rounds", int, 10, "End the run as failed when this many rounds in a row "
         "aggregate no reply (every reply failed, timed out or was dropped: the model stopped "
         "moving); 0 = never. A run that aggregated no round at all fails at its end either way "
-        "(docs/results.md#runs-that-learn-nothing).", "federation", low=0, high=1_000_000),
+        "(docs/results.md#runs-that-learn-nothing).", "federation", low=0, high=1_000_000,
+        strategy=True),
     Key("max-update-norm", float, 0.0, "Drop a train reply whose update norm ||w_i - phi|| "
-        "(all float tensors) exceeds this; 0 = no limit.", "federation", low=0.0, high=1e30),
+        "(all float tensors) exceeds this; 0 = no limit.", "federation", low=0.0, high=1e30,
+        strategy=True),
     Key("round-timeout", float, 600.0, "Seconds to wait for the replies of one round; missing "
         "replies are counted as timeouts.", "federation", low=0.0, low_open=True,
         resume_may_differ=True, high=1e7),
     Key("node-wait-timeout", float, 120.0, "Seconds to wait for enough nodes to connect before "
         "failing with an error.", "federation", low=0.0, low_open=True, resume_may_differ=True,
-        high=1e7),
+        high=1e7, strategy=True),
     # high: the clients seed their batch order with (seed * 1000003 + round) * 100003 + partition,
     # which must stay below 2^64 (torch's seed range)
     Key("seed", int, 0, "Seed of the data split, the partitions, node sampling and model init.",
-        "federation", low=0, high=100_000_000),
+        "federation", low=0, high=100_000_000, strategy=True),
     Key("dynamic-replace-prob", float, 0.0, "Dynamic clients (FedACG Table 3): every "
         "dynamic-replace-every rounds each client is replaced with this probability by a client "
         "holding a fresh data partition (0 = off; not with fedadam/fedyogi/fedadagrad).",
-        "federation", low=0.0, high=1.0),
+        "federation", low=0.0, high=1.0, strategy=True),
     Key("dynamic-replace-every", int, 100, "Rounds between client replacements (FedACG: 100).",
-        "federation", low=1, high=1_000_000),
+        "federation", low=1, high=1_000_000, strategy=True),
     Key("dynamic-pool-factor", float, 2.0, "With dynamic clients, the data is split into "
         "round(factor * num-partitions) partitions, of which the clients hold num-partitions at a "
-        "time (FedACG: 500 for 250 clients).", "federation", low=1.0, high=1e3),
+        "time (FedACG: 500 for 250 clients).", "federation", low=1.0, high=1e3, strategy=True),
     Key("simulation-fast-poll", bool, True, "In a simulation, answer the engine's per-node "
         "message poll at once for nodes with no message (the same messages are delivered; "
         "docs/performance.md#many-clients); false = Flower's own poll, whose "
@@ -263,18 +274,18 @@ KEYS: tuple[Key, ...] = (
     # --- robustness: what one client can do to the model (docs/security.md) ---
     Key("update-norm-ratio", float, 30.0, "Drop a train reply whose update norm (of w_i - phi) "
         "exceeds this many times the median update norm of the round's replies; 0 = off.",
-        "robustness", low=0.0, high=1e12),
+        "robustness", low=0.0, high=1e12, strategy=True),
     Key("update-clip-ratio", float, 0.0, "Scale a train reply's update (w_i - phi) down to this "
         "many times the median update norm of the round's replies where it is longer; 0 = off "
         "(honest updates reach 15x the median: docs/security.md#honest-runs).",
-        "robustness", low=0.0, high=1e12),
+        "robustness", low=0.0, high=1e12, strategy=True),
     Key("record-norm-ratio", float, 30.0, "Drop a train reply whose extra record (e.g. "
         "SCAFFOLD's scaffold-dc, FedDC's feddc-dg) has a norm above this many times the median "
         "norm of the same record in the round's replies; 0 = off.", "robustness", low=0.0,
-        high=1e12),
+        high=1e12, strategy=True),
     Key("num-examples-ratio", float, 10.0, "Weigh a reply's claimed num-examples at most this "
         "many times the median claim of the round's replies; 0 = off.", "robustness", low=0.0,
-        high=1e12),
+        high=1e12, strategy=True),
     Key("num-examples-check", bool, True, "Weigh a reply's claimed num-examples at most as the "
         "largest client partition of the split the server computes at the start "
         "(partitions.json size-max); false = trust the claims up to num-examples-ratio.",
@@ -282,14 +293,16 @@ KEYS: tuple[Key, ...] = (
     Key("robust-aggregator", str, "mean", "Rule that turns the round's updates into the "
         "aggregate d: the weighted mean, or the rule of Flower's FedMedian, FedTrimmedAvg, Krum, "
         "MultiKrum or Bulyan; server momentum, look-ahead and global GC then apply to d.",
-        "robustness", choices=("mean", "median", "trimmed-mean", "krum", "multikrum", "bulyan")),
+        "robustness", choices=("mean", "median", "trimmed-mean", "krum", "multikrum", "bulyan"),
+        strategy=True),
     Key("trim-fraction", float, 0.2, "trimmed-mean: fraction of values cut at each end per "
-        "coordinate (FedTrimmedAvg's beta).", "robustness", low=0.0, high=0.5, high_open=True),
+        "coordinate (FedTrimmedAvg's beta).", "robustness", low=0.0, high=0.5, high_open=True,
+        strategy=True),
     Key("num-malicious", int, 0, "krum / multikrum / bulyan: number f of malicious clients "
         "per round to tolerate (bulyan needs at least 4f + 3 replies).", "robustness", low=0,
-        high=1_000_000),
+        high=1_000_000, strategy=True),
     Key("multikrum-select", int, 0, "multikrum: number of updates averaged; 0 = replies - f.",
-        "robustness", low=0, high=1_000_000),
+        "robustness", low=0, high=1_000_000, strategy=True),
     # high: the noise std z * C / n is then at most 1e6 per coordinate, which float32 (max
     # 3.4e38) holds in theta and in its squared norms over 1e8 parameters (1e12 each, 1e20 in
     # all; the server screens and clips by such norms), with room for momentum and many rounds;
@@ -297,12 +310,13 @@ KEYS: tuple[Key, ...] = (
     Key("dp-clipping-norm", float, 0.0, "Server-side DP with fixed clipping (Flower's "
         "DifferentialPrivacyServerSideFixedClipping): clip every update to this norm; 0 = off. "
         "At most 1000 (an update that long moves weights of size 1 a thousandfold), so that the "
-        "noise std stays within what float32 holds.", "robustness", low=0.0, high=1e3),
+        "noise std stays within what float32 holds.", "robustness", low=0.0, high=1e3,
+        strategy=True),
     Key("dp-noise-multiplier", float, 0.0, "Server-side DP: add Gaussian noise of std "
         "multiplier * dp-clipping-norm / replies to the aggregate. At most 1000: with "
         "dp-clipping-norm at most 1000 the std is then at most 1e6 per coordinate, which "
         "float32 holds in theta and in its squared norms (1e308 made theta NaN).", "robustness",
-        low=0.0, high=1e3),
+        low=0.0, high=1e3, strategy=True),
     # --- data ---
     Key("dataset", str, "digits", "Dataset (docs/data.md): scikit-learn's bundled 8x8 "
         "digits (offline), a hub dataset / its local copy, or 'custom': images of your own, "
@@ -321,7 +335,7 @@ KEYS: tuple[Key, ...] = (
     Key("num-clients", int, 0, "N, the number of clients of the federation, for the rules that "
         "need it (SCAFFOLD, FedDyn, FedVARP) and for nodes without a client id; 0 = the "
         "num-partitions (num-clients) the nodes report, else the nodes connected at the start.",
-        "data", low=0, high=1_000_000),
+        "data", low=0, high=1_000_000, strategy=True),
     Key("custom-classes", int, 0, "dataset = 'custom': the number of classes (labels 0 .. "
         "classes-1).", "data", low=0, high=1_000_000),
     Key("custom-shape", str, "", "dataset = 'custom': the images' shape C,H,W (C = 1 or 3), "

@@ -75,7 +75,7 @@ def setup_file(name: str) -> Path:
     raise SetupError(
         f"run config 'setup' = '{name}': no such set-up"
         + (f" (did you mean '{close[0]}'?)" if close else "")
-        + f"; the shipped set-ups are listed by `python -m run_config --setups` "
+        + f"; the shipped set-ups are listed by `python -m pages --setups` "
         f"({len(setup_names())} in {SETUP_DIR}), or give a path to a .yaml file."
     )
 

@@ -17,18 +17,18 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords
 
 from feddata import load_test_data, spec_of
+from fileio.atomic import write_torch_atomic
 from feddata.summary import format_summary, partition_summary
 from models import build_model
+from reporting.tracking import build_trackers
 from run_config import ConfigError, load_setup, resolve
 from run_config.check import check_robust
-
-from reporting.tracking import build_trackers
 from server_math import block_kernel
+from strategies.assembly import build_strategy
 
 from . import console
 from .checkpoint import (check_owner, check_resumable, find_checkpoint, load_checkpoint,
                          resumed_run_name, save_checkpoint, set_rng_state)
-from .factory import build_strategy
 from .results import (RunRecorder, make_run_dir, mark_failed, mark_running, read_results,
                       write_json_atomic)
 from .run_lock import hold_run_dir
@@ -203,7 +203,7 @@ def run_server(grid: Grid, context: Context, where: dict) -> None:
 
     result = strategy.start(**run, round_end_fn=round_end)
     final = result.arrays if len(result.arrays) else ArrayRecord(model.state_dict())
-    torch.save(final.to_torch_state_dict(), run_dir / "final_model.pt")
+    write_torch_atomic(run_dir / "final_model.pt", final.to_torch_state_dict())
     summary = recorder.finish()
     log(INFO, "%s", done_line(summary, run_dir))
 

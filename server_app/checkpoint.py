@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from feddata.atomic_file import checksum_line, without_checksum, write_atomic
+from fileio.atomic import checksum_line, without_checksum, write_atomic
 from run_config import KEYS, PRESETS, ConfigError
 
 CHECKPOINT_NAME = "checkpoint.pt"

@@ -86,7 +86,7 @@ def is_ours(err: BaseException) -> bool:
     from feddata.sources import DataSourceError
     from methods import SettingError
     from run_config import ConfigError, SetupError
-    from strategies.client_state import ClientStateLost
+    from strategies.client_state_rounds import ClientStateLost
     from strategies.nodes import NodeWaitTimeout
     from strategies.round_loop import NothingLearned
     from strategies.state_check import ServerStateNotFinite

@@ -18,7 +18,6 @@ import io
 import json
 import math
 import uuid
-import os
 import time
 from datetime import datetime, timezone
 from collections.abc import Callable
@@ -30,6 +29,7 @@ import torch
 from flwr.app import ArrayRecord, MetricRecord, RecordDict
 from flwr.common import log
 
+from fileio.atomic import write_text_atomic
 from models.evaluation import evaluate
 from models.wire import state_view
 from reporting.metrics import ema_update, run_summary
@@ -38,14 +38,8 @@ from run_config import ConfigError, acc_at_rounds, target_accs
 from .console import duration
 
 __all__ = ["RunRecorder", "ema_update", "make_run_dir", "mark_failed", "mark_running",
-           "write_json_atomic", "write_text_atomic"]
+           "write_json_atomic"]
 RESULTS = "results.json"
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def finite_only(obj: Any) -> Any:

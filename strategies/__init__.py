@@ -3,7 +3,7 @@
 node sampling and identity (`nodes`), the server's own state checks (`state_check`,
 `client_state`). Above `methods`; the server maths all of them use is the package `server_math`
 below (docs/extending.md#layout). Names are imported on first use, so that `import strategies`
-stays cheap. (The ServerApp builds its strategy from the run config in `server_app.factory`.)"""
+stays cheap. (The ServerApp builds its strategy from the run config in `strategies.assembly`.)"""
 
 from __future__ import annotations
 

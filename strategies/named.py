@@ -8,7 +8,7 @@ Each class is the round loop (`round_loop.MethodStrategy`) around its method's s
 (`methods`), built like Flower's own strategies and from `initial_arrays` alone, for any
 PyTorch model: no run config, no model of this project. The clients' share of the method
 (FedACG's proximal term, GC-Fed's local GC, ...) travels in every train instruction's config as
-`method.*` keys, read in the client's own training loop by `client_app.blocks.LocalMethod`.
+`method.*` keys, read in the client's own training loop by `client_app.own_app.LocalMethod`.
 """
 
 from __future__ import annotations
@@ -27,22 +27,17 @@ import methods
 from methods.registry import parse_objective
 from models.centralization import ModelLayout
 from run_config import ConfigError, resolve
-from run_config.schema import KEYS_BY_NAME
-from run_config.topics import TOPICS
+from run_config.schema import KEYS, KEYS_BY_NAME
 from server_math.reply_screen import record_layouts
 
-from .nodes import Nodes
+from .assembly import strategy_arguments
 from .round_loop import MethodStrategy
 
 PREFIX = methods.parts.CONFIG_PREFIX  # the train config's keys that carry the method
-# The run-config keys a strategy takes as keyword arguments ('-' written '_'): the method's and
-# the baselines' knobs, the clients' learning rate, the screening of replies, the sampling seed.
-# The rest configure this project's app (data, model, outputs, the federation's size).
-_TOPICS = ("Method", "Baselines", "Reliability", "Robustness")
-SETTINGS = frozenset(
-    {key for title, _, keys in TOPICS if title in _TOPICS for key in keys}
-    - {"setup", "method", "round-timeout", "num-examples-check"}
-    | {"lr", "lr-decay", "local-momentum", "seed"})
+# The run-config keys a strategy takes as keyword arguments ('-' written '_'): those the schema
+# marks `strategy` (the method's and the baselines' knobs, the clients' learning rate, the
+# screening of replies, sampling, the population); the rest configure this project's app.
+SETTINGS = frozenset(k.name for k in KEYS if k.strategy)
 
 
 # Flower FedAvgM's keywords, where they mean this project's settings: its momentum vector
@@ -94,7 +89,7 @@ def _own_names(name: str, cls: type, given: dict[str, Any], flower: dict[str, An
 class Method(MethodStrategy):
     """Any method of this project as a Flower strategy, by name: `Method("scaffold")`,
     `Method("fedprox", beta=0.1)`, `Method("fedacg", local_gc="all")`
-    (the methods: docs/baselines.md, `python -m run_config --methods`).
+    (the methods: docs/baselines.md, `python -m pages --methods`).
 
     Parameters
     ----------
@@ -117,7 +112,7 @@ class Method(MethodStrategy):
         `tau`). Give each knob once, under one name.
     identify_nodes : bool (default: False)
         Ask each node once for its `partition-id` / `num-partitions` (a query message, which
-        the ClientApp answers with `client_app.blocks.query_reply`): the server rules that
+        the ClientApp answers with `client_app.own_app.query_reply`): the server rules that
         weigh by the number of clients N or keep a table per client (SCAFFOLD, FedDyn, FedDC,
         FedVARP) need it.
     **settings
@@ -191,19 +186,9 @@ class Method(MethodStrategy):
             text = re.sub(r"^([a-z0-9-]+) =", lambda m: self._user(m.group(1)) + " =", text)
             raise ValueError(f"{name}: {text} (the settings are the run-config keys of "
                              "docs/configuration.md with '_' for '-')") from None
-        cfg = self.cfg
-        rule = methods.SERVER_RULES[cfg["server-rule"]]
-        codec = methods.uplink_codec(cfg)
         super().__init__(
-            None, nodes=Nodes(seed=cfg["seed"], min_available_nodes=min_available_nodes,
-                              node_wait_timeout=cfg["node-wait-timeout"],
-                              identify_nodes=identify_nodes, sampling=rule.sampling),
-            lr=cfg["lr"], lr_decay=cfg["lr-decay"], min_train_clients=cfg["min-train-clients"],
-            max_skipped_rounds=cfg["max-skipped-rounds"],
-            max_update_norm=cfg["max-update-norm"], update_norm_ratio=cfg["update-norm-ratio"],
-            num_examples_ratio=cfg["num-examples-ratio"],
-            update_clip_ratio=cfg["update-clip-ratio"], record_norm_ratio=cfg["record-norm-ratio"],
-            uplink=codec.decoder(cfg) if codec else None,
+            None, **strategy_arguments(self.cfg, min_available_nodes=min_available_nodes,
+                                       identify_nodes=identify_nodes),
             fraction_train=fraction_train, fraction_evaluate=fraction_evaluate,
             min_train_nodes=min_train_nodes, min_evaluate_nodes=min_evaluate_nodes,
             min_available_nodes=min_available_nodes, weighted_by_key=weighted_by_key,
@@ -304,7 +289,7 @@ class FedACG(Method):
     CVPR 2024, https://arxiv.org/abs/2201.03172 (Algorithm 1; docs/algorithms.md).
 
     The server keeps a momentum m and broadcasts the look-ahead point phi = theta + lam * m;
-    each client minimizes CE + beta/2 * ||w - phi||^2 from phi (`client_app.blocks.LocalMethod`
+    each client minimizes CE + beta/2 * ||w - phi||^2 from phi (`client_app.own_app.LocalMethod`
     adds the term's gradient); the server averages the clients' models weighted by their
     examples, d = sum_i n_i/n * w_i - phi, then m = lam * m + d and theta = theta + m.
 
@@ -368,7 +353,7 @@ class GCFed(Method):
 
     The clients centralize the gradients of the feature layers (the parameters before the
     classifier) at every step, P(G)[c] = G[c] - mean(G[c]) per output unit (local GC,
-    `client_app.blocks.LocalMethod`); the server averages the updates uniformly and
+    `client_app.own_app.LocalMethod`); the server averages the updates uniformly and
     centralizes the aggregated update of every layer (global GC) before applying it.
 
     Parameters

@@ -94,8 +94,8 @@ class Nodes:
         # asked again; slot p is the p-th node by id, and each message names its partition.
         self.virtual_nodes: bool | None = None  # None: not known yet
         self._bound: frozenset[int] = frozenset()
-        # Dynamic clients (feddata.ClientPopulation): each node (slot = its partition-id) is told
-        # which data partition to train on this round; None = every node keeps its own.
+        # Dynamic clients (population.ClientPopulation): each node (slot = its partition-id) is
+        # told which data partition to train on this round; None = every node keeps its own.
         self.population = population
         if population is not None and not identify_nodes:
             raise ValueError("a dynamic client population needs identify_nodes=True")

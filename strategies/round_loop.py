@@ -98,7 +98,7 @@ class MethodStrategy(RoundConfig, FedAvg):
         self._sent: list[Message] = []  # the current train round's instructions
         # Called with (round, metrics) after every aggregate_train, skipped rounds included.
         self.round_metrics_fn: Callable[[int, MetricRecord], None] | None = None
-        # strategies.client_state.ClientStateRounds when a client part keeps per-client state
+        # strategies.client_state_rounds.ClientStateRounds when a client part keeps per-client state
         self.client_state = client_state
         # the decoder of the run's uplink codec (methods.uplink_codec), else None: decodes the
         # replies' models

@@ -74,9 +74,9 @@ TESTS: dict[str, list[str]] = {
         "tests/test_app.py::test_same_seed_samples_the_same_partitions_whatever_the_node_ids",
         "tests/test_extending.py"],  # a method's extra records, down and up
     "strategies/named.py": ["tests/test_named_strategies.py", "tests/test_client_blocks.py"],
-    "client_app/blocks.py": ["tests/test_client_blocks.py"],
+    "client_app/own_app.py": ["tests/test_client_blocks.py"],
     "server_math/reply_screen.py": ["tests/test_pins_server.py", "tests/test_bad_replies.py"],
-    "server_app/factory.py": [
+    "strategies/assembly.py": [
         "tests/test_pins_server.py", _PINS_APP, "tests/test_bad_replies.py",
         "tests/test_app.py::test_flower_baseline_and_federated_evaluation",
         "tests/test_app.py::test_same_seed_samples_the_same_partitions_whatever_the_node_ids",

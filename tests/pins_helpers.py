@@ -81,7 +81,7 @@ def server_test_set(run_config: dict):
 def strategy_from_config(run_config: dict, model: torch.nn.Module | None = None):
     """The strategy the ServerApp builds for `run_config` (on `model`, default the server's).
     It asks the nodes for their partition-id once (answer with `partition_reply`)."""
-    from server_app.factory import build_strategy
+    from strategies.assembly import build_strategy
 
     model = model if model is not None else server_model(run_config)
     return build_strategy(resolved(run_config), model)
@@ -99,7 +99,7 @@ def client_settings(run_config: dict, model: torch.nn.Module | None = None) -> d
     """The client's local-update settings (made once from the run config), as a plain dict."""
     from dataclasses import asdict
 
-    from client_app.objective import settings
+    from client_app.settings import settings
 
     model = model if model is not None else server_model(run_config)
     return asdict(settings(run_config).local_config(model, resolved(run_config)["lr"]))

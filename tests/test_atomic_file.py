@@ -1,4 +1,4 @@
-"""The one atomic write (feddata.atomic_file) as the client state and the checkpoint use it: the
+"""The one atomic write (fileio.atomic) as the client state and the checkpoint use it: the
 client's state files are owner-only (0600, folders 0700) whatever the umask, a checkpoint gets the
 usual mode (0666 less the umask), and a write that dies half way leaves the old file and no
 temporary file."""
@@ -10,8 +10,8 @@ from contextlib import contextmanager
 import pytest
 import torch
 
-from client_app.client_state import DiskVersions
-from feddata.atomic_file import write_atomic
+from client_app.client_state_store import DiskVersions
+from fileio.atomic import write_atomic
 from server_app.checkpoint import load_checkpoint, save_checkpoint
 
 

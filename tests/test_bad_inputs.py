@@ -17,7 +17,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, 
 from fakegrid import FakeGrid
 from feddata import disk_cache
 from feddata.disk_cache import cache_file, cache_key, load_prepared_partition
-from feddata.population import ClientPopulation
+from strategies.population import ClientPopulation
 from run_config import ConfigError, resolve
 from server_app.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from strategy_helpers import LookaheadFedAvg, random_state, reply
@@ -67,7 +67,7 @@ def test_seed_is_bounded_by_the_range_the_clients_can_seed():
 
 def train_message(**changes) -> Message:
     """A train message as the server sends it: the model, `lr` and `server-round` (the local
-    settings come from the run config, client_app/objective.py)."""
+    settings come from the run config, client_app/settings.py)."""
     from models import build_model
 
     model = build_model("cnn", (1, 8, 8), 10, 2)

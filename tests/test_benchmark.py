@@ -60,7 +60,7 @@ def test_ray_cost_smoke(tmp_path):
 def test_pss_of_a_process_and_names_summed():
     """The proportional size of this process is positive and at most its resident size; the
     breakdown sums the processes of one name."""
-    from benchmarks.sim_vs_loop import _by_name, _pss_mb, _tree_rss_by_process
+    from benchmarks.run_memory import _by_name, _pss_mb, _tree_rss_by_process
 
     pid = os.getpid()
     rss = _tree_rss_by_process(pid)[next(k for k in _tree_rss_by_process(pid)

@@ -109,7 +109,7 @@ def test_epochs_and_iterations():
 
 def test_partition_moves_to_the_training_device_once():
     from client_app.app import on_device
-    from feddata.disk_cache import PreparedPartition
+    from feddata.partition import PreparedPartition
 
     data = PreparedPartition(torch.zeros(4, 1, 8, 8, dtype=torch.uint8),
                              torch.zeros(4, dtype=torch.long),

@@ -1,4 +1,4 @@
-"""The client's share of a method in a training loop of one's own (client_app/blocks.py,
+"""The client's share of a method in a training loop of one's own (client_app/own_app.py,
 docs/own-app.md), against hand computations and the app's own local update."""
 
 import pytest
@@ -11,8 +11,9 @@ from flwr.serverapp.strategy import FedProx as FlowerFedProx
 from torch import nn
 
 from client_app import LocalMethod, query_reply
-from client_app.local_update import LocalConfig, LocalContext, batches, local_update
-from client_app.objective import client_parts, local_gc_layers
+from client_app.client_step import LocalContext
+from client_app.local_update import LocalConfig, batches, local_update
+from client_app.settings import client_parts, local_gc_layers
 from fakegrid import FakeGrid
 from methods.fedpaq import UplinkQuantizer
 from models import build_model

@@ -17,7 +17,11 @@ HEAVY = ("datasets", "flwr_datasets", "sklearn", "pandas", "pyarrow", "feddata.l
 
 
 def test_every_data_key_is_part_of_the_cache_key():
+    from run_config.schema import KEYS
+
     assert set(DATA_KEYS) <= set(CACHE_KEY_NAMES)
+    # the schema's data group, in order, and the seed: a data key added there is keyed here too
+    assert CACHE_KEY_NAMES == tuple(k.name for k in KEYS if k.group == "data") + ("seed",)
     cfg = resolve({})
     base = cache_file(Path("/c"), cache_key(cfg, 0, 4))
     for key, value in (("dirichlet-alpha", 0.7), ("seed", 3), ("client-val-fraction", 0.25)):

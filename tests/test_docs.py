@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from run_config.__main__ import markdown, methods, setups_page
+from pages.tables import markdown, methods, setups_page
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -124,13 +124,13 @@ def test_the_table_check_catches_an_unescaped_pipe():
 
 def test_configuration_page_is_the_generated_one():
     page = (ROOT / "docs" / "configuration.md").read_text()
-    assert page == markdown(), "run: python -m run_config --markdown > docs/configuration.md"
+    assert page == markdown(), "run: python -m pages --markdown > docs/configuration.md"
     assert len(tables(page)) >= 6  # one per topic
 
 
 def test_setups_page_is_the_generated_one():
     page = (ROOT / "docs" / "setups.md").read_text()
-    assert page == setups_page(), "run: python -m run_config --setups-page > docs/setups.md"
+    assert page == setups_page(), "run: python -m pages --setups-page > docs/setups.md"
 
 
 def test_a_key_without_a_topic_is_listed_under_other():
@@ -147,7 +147,7 @@ def test_a_key_without_a_topic_is_listed_under_other():
 def test_readme_is_short_and_holds_the_current_methods_table():
     readme = (ROOT / "README.md").read_text()
     assert len(readme.encode()) <= 15_000, f"README.md is {len(readme.encode())} bytes"
-    assert methods() in readme, "run: python -m reporting.examples"
+    assert methods() in readme, "run: python -m pages.examples"
 
 
 def project_files(pattern: str) -> list[Path]:
@@ -177,7 +177,7 @@ def test_the_fidelity_tables_cover_every_setup_and_every_element():
     import fnmatch
     import re
 
-    from run_config.fidelity import FIDELITY
+    from pages.fidelity import FIDELITY
     from run_config.setups import setup_names
 
     patterns = [re.findall(r"`([^`]+)`", setups) for _, setups, _, _ in FIDELITY]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from reporting.superlink import CONNECTION, LocalSuperLink
+from experiments.superlink import CONNECTION, LocalSuperLink
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "quickstart-fedacg-gcfed"

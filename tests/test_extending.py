@@ -120,7 +120,7 @@ def test_the_new_parts_compose_and_are_refused_where_they_cannot_work():
 
 
 def test_the_method_table_lists_it():
-    from run_config.__main__ import methods
+    from pages.tables import methods
 
     assert "| `median-anchor` |" in methods()
     assert "coordinate-median" in resolve({"method": "median-anchor"})["server-rule"]

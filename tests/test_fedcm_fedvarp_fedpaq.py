@@ -277,7 +277,8 @@ def test_fedcm_with_a_0_repeats_its_update():
     clipping; constant lr): the real local update with FedCM's part, and the server rule."""
     from flwr.app import ArrayRecord
 
-    from client_app.local_update import LocalConfig, LocalContext, local_update
+    from client_app.client_step import LocalContext
+    from client_app.local_update import LocalConfig, local_update
     from methods.fedcm import FedCMCorrection
 
     torch.manual_seed(0)
@@ -461,7 +462,7 @@ def test_flwr_run(superlink, method):  # noqa: F811
     import subprocess
     from pathlib import Path
 
-    from reporting.superlink import CONNECTION
+    from experiments.superlink import CONNECTION
 
     env, home = superlink
     name = method.replace("+", "_")

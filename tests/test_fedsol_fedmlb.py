@@ -17,12 +17,13 @@ from torch import nn
 from torch.func import functional_call
 
 import methods
-from client_app.local_update import LocalConfig, LocalContext, local_update
+from client_app.client_step import LocalContext
+from client_app.local_update import LocalConfig, local_update
 from methods.fedmlb import MultiLevelBranches
 from methods.fedsol import SolPerturbation, sol_perturbation
 from methods.parts import ClientPart, Method
 from models import ResNet18GN
-from reporting.superlink import CONNECTION
+from experiments.superlink import CONNECTION
 from run_config import ConfigError, resolve
 from test_preset_referee import final_theta
 from test_simulation import superlink  # noqa: F401 - the module-scoped SuperLink fixture

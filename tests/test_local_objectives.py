@@ -19,7 +19,8 @@ from torch import nn
 import methods
 import server_app.app as server
 from client_app.app import evaluate, query, train
-from client_app.local_update import LocalConfig, LocalContext, local_update
+from client_app.client_step import LocalContext
+from client_app.local_update import LocalConfig, local_update
 from fakegrid import FakeGrid, client_app_handler
 from methods.feddecorr import FeatureDecorrelation, decorrelation_loss
 from methods.fedlc import LogitCalibration, calibrated_logits, fedlc_loss
@@ -537,7 +538,7 @@ def test_paper_rows_resolve_to_our_presets():
 def test_table7_sweeps_are_the_papers_grid(name, cells):
     from pathlib import Path
 
-    from reporting.sweep import load_sweep
+    from experiments.sweep import load_sweep
 
     if "fedsol" not in methods.METHODS:
         pytest.skip("FedSOL (the fifth objective) is not registered on this branch")

@@ -11,7 +11,7 @@ from fakegrid import FakeGrid
 from models import build_model
 from models.centralization import ModelLayout, find_classifier
 from run_config import resolve
-from server_app.factory import build_strategy
+from strategies.assembly import build_strategy
 from strategies import FedACG, FedACGGCFed, FedAGM, GCFed, Method
 from strategies.round_loop import NothingLearned
 from strategy_helpers import deltas, random_state

@@ -9,7 +9,8 @@ from flwr.app import RecordDict
 from torch import nn
 
 import methods
-from client_app.local_update import LocalConfig, LocalContext, local_update
+from client_app.client_step import LocalContext
+from client_app.local_update import LocalConfig, local_update
 from methods.parts import ClientPart, Method
 from run_config import ConfigError, resolve
 

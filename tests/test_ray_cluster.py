@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import fedacg_gc
-from reporting.superlink import CONNECTION, LocalSuperLink, free_port, stop_process_tree
+from experiments.superlink import CONNECTION, LocalSuperLink, free_port, stop_process_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.slow, pytest.mark.long]

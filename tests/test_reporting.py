@@ -4,7 +4,7 @@ import matplotlib.image
 import numpy as np
 import pytest
 
-from feddata.population import ClientPopulation
+from strategies.population import ClientPopulation
 from reporting.metrics import ema_series, rounds_to_target, run_summary, value_at_round
 from reporting.plots import plot_ema_curves, plot_run
 from reporting.table import MethodRuns, comparison, format_acc, format_rounds
@@ -175,7 +175,7 @@ def test_reporting_imports_neither_flower_nor_torch():
     from pathlib import Path
 
     code = ("import sys; import reporting.metrics, reporting.table, reporting.plots, "
-            "reporting.sweep, reporting.superlink; "
+            "experiments.sweep, experiments.superlink; "
             "bad = [m for m in sys.modules if m.split('.')[0] in ('flwr', 'torch')]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1],

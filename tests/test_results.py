@@ -10,7 +10,7 @@ from flwr.app import ArrayRecord, Context, RecordDict
 import server_app.app as server
 from fakegrid import FakeGrid, client_app_handler
 from feddata import load_client_data
-from feddata.population import ClientPopulation
+from strategies.population import ClientPopulation
 from models import build_model
 from run_config import resolve
 from test_reporting import assert_plot

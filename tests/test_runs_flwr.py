@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from reporting.superlink import CONNECTION
+from experiments.superlink import CONNECTION
 from test_simulation import superlink  # noqa: F401 - the module-scoped SuperLink fixture
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -14,7 +14,7 @@ from fakegrid import FakeGrid, client_app_handler
 from run_config import (
     ConfigError, SetupError, load_setup, resolve, setup_command, setup_names,
 )
-from run_config.__main__ import setups as setups_table
+from pages.tables import setups as setups_table
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from reporting.superlink import CONNECTION, LocalSuperLink
+from experiments.superlink import CONNECTION, LocalSuperLink
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow

@@ -16,8 +16,9 @@ from flwr.app import ArrayRecord, Context, RecordDict
 from torch import nn
 
 import server_app.app as server
-from client_app.client_state import DiskVersions
-from client_app.local_update import LocalConfig, LocalContext, local_update
+from client_app.client_state_store import DiskVersions
+from client_app.client_step import LocalContext
+from client_app.local_update import LocalConfig, local_update
 from fakegrid import FakeGrid, client_app_handler
 from methods.feddc import DELTA_G_RECORD, G_RECORD, DriftCorrection, FedDCRule
 from methods.feddyn import FedDynGcfedRule, FedDynRule, FedDynTerm
@@ -271,7 +272,7 @@ def test_feddc_client_with_state_against_a_second_implementation(monkeypatch):
     import methods.feddc as feddc
 
     om = 0.8  # om_i = n_i N / sum_j n_j of an unbalanced split
-    monkeypatch.setattr(feddc, "client_weight", lambda cfg, pid, n: om)
+    monkeypatch.setattr(feddc, "client_weight", lambda pid, sizes: om)
     model, alpha = tiny_model(), 0.2
     names = [n for n, _ in model.named_parameters()]
     h_i, g_i, g = named(model, seed=8), named(model, seed=9), named(model, seed=10)
@@ -302,6 +303,7 @@ def test_feddc_client_weight_is_from_the_training_example_counts():
     reports; FedDC's code: the size of its training set), not the partition with its held-out
     part; an unbalanced split, so the om_i differ."""
     from feddata.loading import load_client_data
+    from feddata.summary import training_sizes
     from methods.feddc import client_weight
 
     cfg = resolve({"method": "feddc", "dataset": "digits", "partitioner": "lda",
@@ -309,8 +311,10 @@ def test_feddc_client_weight_is_from_the_training_example_counts():
     big_n = 6
     n = [len(load_client_data(cfg, i, big_n).train_y) for i in range(big_n)]
     assert len(set(n)) > 1
+    assert training_sizes(cfg, big_n) == tuple(n)  # what the ClientApp hands the part
     for i in range(big_n):
-        assert client_weight(cfg, i, big_n) == pytest.approx(n[i] * big_n / sum(n), rel=1e-12)
+        assert client_weight(i, n) == pytest.approx(n[i] * big_n / sum(n), rel=1e-12)
+    assert client_weight(0, ()) == 1.0  # outside a federation
 
 
 def unequal_feddc_cfg(**over):
@@ -335,10 +339,23 @@ def test_feddc_correction_steps_with_unequal_clients_by_hand(steps):
     k_mean = 2 * math.ceil(sum(n) / big_n / 16)
     for i in range(big_n):
         own = 2 * math.ceil(n[i] / 16)  # the steps client i takes in epoch mode
-        assert correction_steps(cfg, own, big_n) == (k_mean if steps == "mean" else own)
-    assert correction_steps({**cfg, "local-iterations": 7}, 3, big_n) == (
+        assert correction_steps(cfg, own, n) == (k_mean if steps == "mean" else own)
+    assert correction_steps({**cfg, "local-iterations": 7}, 3, n) == (
         7 if steps == "mean" else 3)
-    assert correction_steps(cfg, 3, 0) == 3  # outside a federation (LocalMethod): its own
+    assert correction_steps(cfg, 3, ()) == 3  # outside a federation (no sizes): its own
+
+
+def test_feddc_in_a_federation_without_the_clients_sizes_is_refused_naming_them():
+    """om_i needs every client's training examples: a local update in a federation of N
+    clients (a ClientApp of one's own) that is not handed N sizes stops with the fix."""
+    model = tiny_model()
+    x, y = tiny_data()
+    for sizes in (None, (10, 20)):
+        ctx = LocalContext(down={G_RECORD: ArrayRecord(named(model, 0.0))}, state=RecordDict(),
+                           partition_id=1, num_partitions=3, partition_sizes=sizes)
+        with pytest.raises(ValueError, match=r"partition_sizes=\[n_0, \.\.\., n_N-1\]"):
+            local_update(model, x, y, LocalConfig(lr=LR, local_iterations=1, batch_size=BATCH),
+                         None, parts=[DriftCorrection(unequal_feddc_cfg())], ctx=ctx)
 
 
 def test_feddc_client_sends_the_correction_of_the_authors_k():
@@ -358,10 +375,10 @@ def test_feddc_client_sends_the_correction_of_the_authors_k():
     phi = weights(model)
     x, y = tiny_data()
     ctx = LocalContext(down={G_RECORD: ArrayRecord(g)}, state=RecordDict(), server_round=1,
-                       partition_id=pid, num_partitions=big_n)
+                       partition_id=pid, num_partitions=big_n, partition_sizes=tuple(n))
     local_update(model, x, y, LocalConfig(lr=LR, local_iterations=STEPS, batch_size=BATCH),
                  None, parts=[DriftCorrection(cfg)], ctx=ctx)
-    om = client_weight(cfg, pid, big_n)
+    om = client_weight(pid, n)
     assert om == pytest.approx(n[pid] * big_n / sum(n))
     sent = ctx.up[DELTA_G_RECORD].to_torch_state_dict()
     for (name, _), p0, w in zip(model.named_parameters(), phi, weights(model)):
@@ -524,7 +541,7 @@ def test_resume_is_bitwise_the_uninterrupted_run(tmp_path, method, state):
 def test_resume_stops_when_a_clients_state_is_lost(tmp_path, partition_cache_dir):
     import shutil
 
-    from strategies.client_state import ClientStateLost
+    from strategies.client_state_rounds import ClientStateLost
 
     run_app(tmp_path, method="feddyn", crash_round=4, **{"num-server-rounds": 6,
                                                          "checkpoint-every": 3})
@@ -599,7 +616,7 @@ def stored(tmp_path, partition=0, name="scaffold-c-i", server_round=3, tensors=N
 
 
 def load_round_3(tmp_path, partition=0, like=None):
-    from client_app.client_state import ClientStateStore
+    from client_app.client_state_store import ClientStateStore
 
     versions = DiskVersions(tmp_path / "client-state" / TOKEN / f"p{partition}", TOKEN, partition)
     store = ClientStateStore(versions, partition, server_round=4, load_round=3, keep_round=3)
@@ -627,7 +644,7 @@ def test_a_stored_version_reads_back_and_carries_run_partition_round_and_checksu
      "torch.float32"),
 ])
 def test_a_damaged_swapped_or_misshapen_version_is_refused_naming_the_file(tmp_path, damage, why):
-    from client_app.client_state import LOST_MARK, ClientStateMissing
+    from client_app.client_state_store import LOST_MARK, ClientStateMissing
 
     tensors = dict(named(mlp(), seed=1))
     versions, path = stored(tmp_path, tensors=tensors)
@@ -672,7 +689,7 @@ def test_resume_stops_on_a_swapped_flipped_truncated_or_renamed_state_file(
     short, or is another round's version renamed. Each stops the resumed run with the "client
     state lost" error naming that file (it was used without a word, or - cut short - gave a raw
     PyTorch error and left the client out every round); put back, the resume runs to the end."""
-    from strategies.client_state import ClientStateLost
+    from strategies.client_state_rounds import ClientStateLost
 
     six = {"num-server-rounds": 6, "checkpoint-every": 3}
     run_app(tmp_path, method="scaffold", crash_round=4, **six)

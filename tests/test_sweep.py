@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from reporting.sweep import SweepError, load_sweep
+from experiments.sweep import SweepError, load_sweep
 from test_reporting import assert_plot
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,7 +71,7 @@ def test_bad_grid_is_refused_before_anything_runs(tmp_path, bad, words):
 
 
 def sweep_cmd(path, *extra):
-    return subprocess.run([sys.executable, "-m", "reporting.sweep", str(path), *extra], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "experiments.sweep", str(path), *extra], cwd=ROOT,
                           capture_output=True, text=True, timeout=600)
 
 
@@ -80,7 +80,7 @@ def test_sweep_writes_the_table_and_plot_and_resumes(tmp_path, capsys):
     """The 4 cells run in-process (fast); one cell's results are then removed and the default
     backend runs that cell again through `flwr run` on a SuperLink the sweep starts and stops.
     The table covers the 4 cells whichever backend ran them; a rerun runs nothing."""
-    from reporting.sweep import main
+    from experiments.sweep import main
 
     grid = write(tmp_path / "two.yaml", {
         "out-dir": str(tmp_path / "out"),
@@ -153,7 +153,7 @@ def test_stop_process_tree_reaches_processes_in_sessions_of_their_own(tmp_path):
     import os
     import time
 
-    from reporting.superlink import stop_process_tree
+    from experiments.superlink import stop_process_tree
 
     pids = tmp_path / "pids"
     grandchild = ("import os, subprocess, sys, time; "
@@ -190,7 +190,7 @@ def test_stop_process_tree_reaches_processes_in_sessions_of_their_own(tmp_path):
 def test_in_process_sweep_runs_the_real_apps_and_resumes(tmp_path, capsys):
     """backend in-process: every cell runs the ServerApp and ClientApp in this process and
     leaves the run folder a `flwr run` cell leaves (results.json, run-config.toml, its log)."""
-    from reporting.sweep import main
+    from experiments.sweep import main
 
     grid = write(tmp_path / "tiny.yaml", {
         "out-dir": str(tmp_path / "out"),

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from client_app.local_update import LocalConfig, local_update
-from client_app.objective import use_amp
+from client_app.settings import use_amp
 from feddata.padding import full_batch_index, pad_to_full_batches
 from methods import ClientPart
 from run_config import ConfigError, resolve

@@ -1,21 +1,21 @@
 """Regenerate the documentation's generated parts and its measured examples in one step.
 
-    python -m reporting.examples               # generated tables only (fast, no run)
-    python -m reporting.examples --round-line  # also rerun the README's main command
-    python -m reporting.examples --sweep       # also rerun the README's example sweep
-    python -m reporting.examples --all         # everything
-    python -m reporting.examples --check       # exit 1 if a generated file is out of date
+    python -m pages.examples               # generated tables only (fast, no run)
+    python -m pages.examples --round-line  # also rerun the README's main command
+    python -m pages.examples --sweep       # also rerun the README's example sweep
+    python -m pages.examples --all         # everything
+    python -m pages.examples --check       # exit 1 if a generated file is out of date
 
-Generated from the code (no run): `docs/configuration.md` (`python -m run_config --markdown`),
-`docs/setups.md` (`python -m run_config --setups-page`) and the README's methods table
-(`python -m run_config --methods`).
+Generated from the code (no run): `docs/configuration.md` (`python -m pages --markdown`),
+`docs/setups.md` (`python -m pages --setups-page`) and the README's methods table
+(`python -m pages --methods`).
 
 Measured (a real run, written between `<!-- example:NAME -->` and `<!-- /example:NAME -->` in
 README.md, with the command, the time it took and the machine it ran on):
 
 * `round-line`: the README's main command (`flwr run . --federation-config "num-supernodes=20"
-  --stream`, here on a SuperLink of its own, see `reporting.superlink`): its last round line.
-* `sweep-digits`: `python -m reporting.sweep sweeps/digits.yaml`, into `runs/examples/sweep`
+  --stream`, here on a SuperLink of its own, see `experiments.superlink`): its last round line.
+* `sweep-digits`: `python -m experiments.sweep sweeps/digits.yaml`, into `runs/examples/sweep`
   (a stopped sweep goes on where it was; `--fresh` starts over): its table, and its plot copied
   to `docs/sweep-digits-ema.png`.
 
@@ -47,7 +47,7 @@ MEASURED = ROOT / "runs" / "examples"  # the latest measured blocks (not in git)
 
 def generated_files() -> dict[Path, str]:
     """Every file (or README block) that is generated from the code, with its expected text."""
-    from run_config.__main__ import configuration_page, setups_page
+    from pages.tables import configuration_page, setups_page
 
     return {ROOT / "docs" / "configuration.md": configuration_page(),
             ROOT / "docs" / "setups.md": setups_page()}
@@ -80,7 +80,7 @@ def machine() -> str:
 
 def round_line(note: str) -> str:
     """Run the main command once and return the README block: the last round line and timing."""
-    from reporting.superlink import LocalSuperLink
+    from experiments.superlink import LocalSuperLink
 
     out = Path(tempfile.mkdtemp(prefix="fedacg-example-"))
     try:
@@ -101,7 +101,7 @@ def round_line(note: str) -> str:
     last = lines[-1].strip()
     acc = re.search(r"test-acc ([0-9.]+)", last).group(1)
     return (f"```\n{last}\n```\n\n"
-            f"Measured with `python -m reporting.examples --round-line` (the command above on a "
+            f"Measured with `python -m pages.examples --round-line` (the command above on a "
             f"SuperLink of its own): {seconds:.0f} s from submission to the end of round 30, final "
             f"test accuracy {acc}, on {machine()}{note}.")
 
@@ -114,7 +114,7 @@ def sweep_table(note: str, lock: Path | None = None, fresh: bool = False,
     machine can run between cells. `run = False`: tabulate the finished cells only."""
     import dataclasses
 
-    from reporting.sweep import is_done, load_sweep, run_sweep, write_report
+    from experiments.sweep import is_done, load_sweep, run_sweep, write_report
 
     out = MEASURED / "sweep"
     if fresh:
@@ -139,13 +139,13 @@ def sweep_table(note: str, lock: Path | None = None, fresh: bool = False,
     shutil.copy(sweep.dir / "ema.png", ROOT / "docs" / "sweep-digits-ema.png")
     return (f"{table.rstrip()}\n\n"
             f"![EMA test accuracy per method on digits](docs/sweep-digits-ema.png)\n\n"
-            f"Measured with `python -m reporting.examples --sweep` (the command above, one cell "
+            f"Measured with `python -m pages.examples --sweep` (the command above, one cell "
             f"at a time){partial}: the ServerApps ran {seconds / 60:.0f} minutes in all, on "
             f"{machine()}{note}.")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m reporting.examples", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m pages.examples", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--round-line", action="store_true", help="rerun the main command")
     parser.add_argument("--sweep", action="store_true", help="rerun sweeps/digits.yaml")
@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.note, args.lock, args.fresh, run=not args.sweep_table))
             print("measured the example sweep")
 
-    from run_config.__main__ import methods
+    from pages.tables import methods
 
     expected = dict(generated_files())
     readme = replace_block(README.read_text(), "methods", methods())
@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     stale = [p for p, text in expected.items() if not p.exists() or p.read_text() != text]
     if args.check:
         for p in stale:
-            print(f"out of date: {p.relative_to(ROOT)} (run python -m reporting.examples)")
+            print(f"out of date: {p.relative_to(ROOT)} (run python -m pages.examples)")
         return 1 if stale else 0
     for p in stale:
         p.parent.mkdir(parents=True, exist_ok=True)

@@ -23,6 +23,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from fileio.atomic import write_text_atomic
+
 CONNECTION = "sweep"
 
 
@@ -112,7 +114,8 @@ class LocalSuperLink:
             raise RuntimeError("flower-superlink not found: install the app (pip install -e .)")
         self.home.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
-        (self.home / "config.toml").write_text(
+        write_text_atomic(
+            self.home / "config.toml",
             '[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = ":local:"\n\n'
             f'[superlink.{CONNECTION}]\naddress = "127.0.0.1:{self.port}"\ninsecure = true\n')
         log = open(self.home / "superlink.log", "w")

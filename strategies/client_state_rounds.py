@@ -3,7 +3,7 @@ own state each client must start from.
 
 Methods such as SCAFFOLD, FedDyn, FedDC and MOON keep state per client (c_i, g_i, h_i and G_i,
 the last local model). It lives with the client, one version per round it was made in
-(`client_app.client_state`); the server only tells each client, in its train config,
+(`client_app.client_state_store`); the server only tells each client, in its train config,
 
     client-state-run     the run's token (a fresh run makes one; a resumed run keeps it)
     client-state-round   the round whose version to start from: the last round in which the

@@ -72,6 +72,16 @@ def client_parts(cfg: dict[str, Any]) -> tuple:
     return tuple(methods.CLIENT_PARTS[name](cfg) for name in names)
 
 
+def method_parts(cfg: dict[str, Any], parts: tuple | None = None) -> tuple[Any, tuple]:
+    """(the uplink codec the config names, or None; the parts the client step runs): the codec
+    first (e.g. FedPAQ's quantization: its end() runs before the others'), then the client parts
+    of `client-objective` (`parts`: those already built for this config)."""
+    codec_class = methods.uplink_codec(cfg)
+    codec = codec_class(cfg) if codec_class else None
+    parts = client_parts(cfg) if parts is None else tuple(parts)
+    return codec, ((codec,) if codec else ()) + parts
+
+
 @functools.lru_cache(maxsize=8)
 def _settings(frozen: tuple) -> ClientSettings:
     cfg = resolve(dict(frozen))

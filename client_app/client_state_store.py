@@ -2,8 +2,8 @@
 FedDC's h_i and G_i, MOON's last local model.
 
 Each version is kept under the round it was made in, so that the client can start from the
-version the server names (`strategies.client_state`: `client-state-round` in the train config)
-and a resumed run continues exactly. On the node's disk:
+version the server names (`strategies.client_state_rounds`: `client-state-round` in the train
+config) and a resumed run continues exactly. On the node's disk:
 
     <cache dir>/client-state/<run token>/p<partition>/<name>.r<round>.pt
 
@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from feddata.atomic_file import checksum_line, without_checksum, write_atomic
+from fileio.atomic import checksum_line, without_checksum, write_atomic
 
 RUN_KEY, ROUND_KEY, KEEP_KEY = "client-state-run", "client-state-round", "client-state-keep"
 LOST_MARK = "[client state lost]"  # the server stops the run on this (strategies/client_state)

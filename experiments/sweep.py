@@ -1,9 +1,9 @@
 """Run a grid of simulations (methods x settings x seeds) and write the papers' comparison table.
 
-    python -m reporting.sweep sweeps/digits.yaml             # run what is missing, then the table
-    python -m reporting.sweep sweeps/digits.yaml --dry-run   # list the cells and what is done
-    python -m reporting.sweep sweeps/digits.yaml --table-only
-    python -m reporting.sweep sweeps/digits.yaml --in-process  # no flwr run, no Ray: faster
+    python -m experiments.sweep sweeps/digits.yaml             # run what is missing, then the table
+    python -m experiments.sweep sweeps/digits.yaml --dry-run   # list the cells and what is done
+    python -m experiments.sweep sweeps/digits.yaml --table-only
+    python -m experiments.sweep sweeps/digits.yaml --in-process  # no flwr run, no Ray: faster
 
 Each cell is one `flwr run <app> <connection> --stream --run-config <cell.toml>
 --federation-config "..."`, run in turn, against a simulation SuperLink the sweep starts on free
@@ -40,12 +40,13 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
+from fileio.atomic import write_text_atomic
+from reporting.metrics import curve, run_summary
+from reporting.status import describe, run_state
+from reporting.table import MethodRuns, comparison, runs_csv
 from run_config import ConfigError, acc_at_rounds, resolve, target_accs
 
-from .metrics import curve, run_summary
-from .status import describe, run_state
 from .superlink import LocalSuperLink
-from .table import MethodRuns, comparison, runs_csv
 
 APP_DIR = Path(__file__).resolve().parents[1]  # this repository is the Flower app
 SWEEP_KEYS = {
@@ -275,8 +276,8 @@ def run_cell(cell: Cell, sweep: Sweep, connection: str, env: dict[str, str], ech
     cell.run_dir.mkdir(parents=True, exist_ok=True)
     for stale in ("results.json", "sweep-cell.json"):
         (cell.run_dir / stale).unlink(missing_ok=True)
-    (cell.run_dir / "run-config.toml").write_text(
-        "".join(f"{k} = {toml_value(v)}\n" for k, v in cell.run_config.items()))
+    write_text_atomic(cell.run_dir / "run-config.toml",
+                      "".join(f"{k} = {toml_value(v)}\n" for k, v in cell.run_config.items()))
     cmd = command(cell, sweep, connection)
     run_id = None
     with open(cell.run_dir / "flwr-run.log", "w") as log:
@@ -336,8 +337,8 @@ def run_cell_in_process(cell: Cell, sweep: Sweep, echo: bool) -> bool:
     cell.run_dir.mkdir(parents=True, exist_ok=True)
     for stale in ("results.json", "sweep-cell.json"):
         (cell.run_dir / stale).unlink(missing_ok=True)
-    (cell.run_dir / "run-config.toml").write_text(
-        "".join(f"{k} = {toml_value(v)}\n" for k, v in cell.run_config.items()))
+    write_text_atomic(cell.run_dir / "run-config.toml",
+                      "".join(f"{k} = {toml_value(v)}\n" for k, v in cell.run_config.items()))
     logger = logging.getLogger("flwr")
     saved = logger.handlers[:], logger.level
     with open(cell.run_dir / LOGS["in-process"], "w") as log_file:
@@ -374,7 +375,8 @@ def finished(cell: Cell, echo: bool) -> bool:
     written); else, with `echo`, print what results.json says and the end of the log."""
     state = run_state(cell.run_dir)  # `flwr run` exits 0 also when the run failed
     if state["state"] == "complete":
-        (cell.run_dir / "sweep-cell.json").write_text(json.dumps(cell.description(), indent=2))
+        write_text_atomic(cell.run_dir / "sweep-cell.json",
+                          json.dumps(cell.description(), indent=2))
         return True
     if echo:  # what results.json says, and the end of the log
         print("    " + describe(state), flush=True)
@@ -454,10 +456,10 @@ def write_report(sweep: Sweep) -> str:
     rows = [m for m in by_row.values() if m.summaries]
     md, csv_text = comparison(rows, rounds, targets)
     sweep.dir.mkdir(parents=True, exist_ok=True)
-    (sweep.dir / "table.md").write_text(md)
-    (sweep.dir / "table.csv").write_text(csv_text)
-    (sweep.dir / "runs.csv").write_text(runs_csv(cells, rounds, targets))
-    from .plots import plot_ema_curves
+    write_text_atomic(sweep.dir / "table.md", md)
+    write_text_atomic(sweep.dir / "table.csv", csv_text)
+    write_text_atomic(sweep.dir / "runs.csv", runs_csv(cells, rounds, targets))
+    from reporting.plots import plot_ema_curves
 
     for setting, per_method in curves.items():
         name = f"ema-{slug(setting)}.png" if setting else "ema.png"
@@ -468,7 +470,7 @@ def write_report(sweep: Sweep) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m reporting.sweep", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m experiments.sweep", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("sweep", type=Path, help="the sweep's YAML file")
     parser.add_argument("--out-dir", type=Path, help="overrides the file's out-dir")

@@ -12,31 +12,30 @@ your model, optimizer and data.
     content = RecordDict({"arrays": ArrayRecord(model.state_dict()),
                           "metrics": MetricRecord({"num-examples": n}), **method.end()})
 
-The maths is the project's: the method's client parts (`methods`, e.g. FedACG's proximal term
-in `methods.fedprox`), `models.centralization.centralize_` for local GC, called in the order of
-the app's own local update (`client_app.local_update`, docs/algorithms.md#local-update).
+`LocalMethod` is the app's own client step (`client_app.client_step.ClientStep`, which the app's
+local update trains through too: docs/algorithms.md#local-update) built from the train
+instruction: the same maths, in the same order.
 """
 
 from __future__ import annotations
 
 import functools
 from logging import INFO
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from flwr.app import Context, Message, MetricRecord, RecordDict
 from flwr.common import log
 from torch import nn
 
-from methods import uplink_codec
 from methods.parts import CONFIG_PREFIX
-from models.centralization import ModelLayout, centralize_
+from models.centralization import ModelLayout
 from run_config import ConfigError, resolve
 
-from .local_update import LocalContext
-from .objective import client_parts, local_gc_layers
+from .client_state_store import store_for
+from .client_step import ClientStep, LocalContext
+from .settings import local_gc_layers, method_parts
 
 NAME, CLASSIFIER = CONFIG_PREFIX + "name", CONFIG_PREFIX + "classifier"
 
@@ -96,11 +95,12 @@ def _settings(settings: dict[str, Any], lr_sent: bool, source: str) -> dict[str,
     return cfg
 
 
-class LocalMethod:
+class LocalMethod(ClientStep):
     """The method the server sent, for one local update of your model from the received
-    weights phi (build it after loading them; see the module's example). Under one of Flower's
-    own strategies (no method in the instruction) it trains as FedAvg's client, or FedProx's
-    where the config holds 'proximal-mu' (docs/own-app.md#flowers-own-strategies).
+    weights phi (build it after loading them; see the module's example): the app's client step
+    (`ClientStep`: `backward`, `before_step`, `end`) built from the train instruction. Under one
+    of Flower's own strategies (no method in the instruction) it trains as FedAvg's client, or
+    FedProx's where the config holds 'proximal-mu' (docs/own-app.md#flowers-own-strategies).
 
     Parameters
     ----------
@@ -112,7 +112,9 @@ class LocalMethod:
         classifier the server sent there (MOON's and FedDecorr's features are its input).
     context : Context | None (default: None)
         The ClientApp's context: methods with per-client state (SCAFFOLD, FedDyn, FedDC, MOON)
-        keep it in `context.state`, per `partition-id` of `context.node_config`.
+        keep it per `partition-id` of `context.node_config`: on the node's disk, one version per
+        round, where the server's instruction names the version to start from (as the app's
+        clients do: docs/baselines.md#client-state), else in `context.state`.
     train_labels : torch.Tensor | None (default: None)
         The client's training labels, for parts that read them (FedLC's class counts).
     num_classes : int (default: 0)
@@ -120,51 +122,51 @@ class LocalMethod:
     grad_clip : float (default: 0.0)
         Clip the gradient's norm in `before_step`, after the method's corrections and before
         local GC, as the app's local update does; 0: no clipping.
+    partition_sizes : Sequence[int] | None (default: None)
+        The training examples of each of the `num-partitions` clients, in partition order, for
+        the methods that weigh clients by them (FedDC's om_i and K).
     configrecord_key, arrayrecord_key : str (default: 'config', 'arrays')
         The names of the instruction's config and model records (as given to the strategy).
     """
 
     def __init__(self, msg: Message, model: nn.Module, context: Context | None = None, *,
                  train_labels: torch.Tensor | None = None, num_classes: int = 0,
-                 grad_clip: float = 0.0, configrecord_key: str = "config",
-                 arrayrecord_key: str = "arrays") -> None:
+                 grad_clip: float = 0.0, partition_sizes: Sequence[int] | None = None,
+                 configrecord_key: str = "config", arrayrecord_key: str = "arrays") -> None:
         config = msg.content.config_records.get(configrecord_key, {})
         self.cfg = cfg = method_settings(config)
         node = context.node_config if context is not None else {}
-        self.ctx = ctx = LocalContext(
+        state = context.state if context is not None else None
+        # the partition: the one the server names (dynamic clients), else the node's own
+        pid = int(config.get("partition-id", node.get("partition-id", 0)))  # pragma: no mutate
+        num_partitions = int(config.get("num-partitions", node.get("num-partitions", 0)))
+        ctx = LocalContext(
             down={k: v for k, v in msg.content.array_records.items() if k != arrayrecord_key},
-            state=context.state if context is not None else None,
-            server_round=int(config.get("server-round", 0)),
-            partition_id=int(node.get("partition-id", 0)),  # pragma: no mutate (any id)
-            train_y=train_labels,
-            num_classes=num_classes, num_partitions=int(node.get("num-partitions", 0)))
-        ctx.model, ctx.params = model, list(model.parameters())
+            state=state, server_round=int(config.get("server-round", 0)), partition_id=pid,
+            train_y=train_labels, num_classes=num_classes,
+            num_partitions=num_partitions,
+            partition_sizes=tuple(partition_sizes) if partition_sizes is not None else None,
+            store=store_for(config, pid, node, state) if context is not None else None)
         ctx.lr = float(config.get("lr", cfg.get("lr", 0.0)))
-        self.model, self.alpha, self.grad_clip = model, cfg["alpha"], grad_clip
         # local GC: the leading parameters before the classifier the server named (or found)
         classifier = config.get(CLASSIFIER) or getattr(model, "classifier_names", None)
         layout = ModelLayout(list(model.named_parameters()), classifier)
         try:
-            self.local_gc = ctx.params[:local_gc_layers(cfg, layout)]
+            gc_layers = local_gc_layers(cfg, layout)
         except ValueError as err:
             raise ValueError(f"local GC of method '{cfg['method']}' on this model: {err}") \
                 from None
-        codec = uplink_codec(cfg)
-        self.codec = codec(cfg) if codec else None  # first: its end() runs before the others
         try:
-            self.parts = ((self.codec,) if self.codec else ()) + client_parts(cfg)
+            self.codec, parts = method_parts(cfg)
         except KeyError as err:
             raise _missing(err, cfg) from None
         if classifier and not hasattr(model, "classifier_names"):  # for parts that read the
             model.classifier_names = tuple(classifier)  # penultimate features (MOON, FedDecorr)
-        self._forward = next((p.model_forward for p in self.parts if p.has("model_forward")),
-                             None)
-        self._stepper = next((p for p in self.parts if p.has("step_grad")), None)
-        self._task_parts = [p for p in self.parts if p.has("task_loss")]
-        self._correctors = [p for p in self.parts if p.has("correct_grad_")]
-        self.logits: torch.Tensor | None = None  # the last step's (e.g. for accuracy)
-        for part in self.parts:
-            part.begin(ctx)
+        try:
+            super().__init__(model, parts, ctx, alpha=cfg["alpha"], grad_clip=grad_clip,
+                             local_gc_layers=gc_layers, gc_vectors=cfg["gc-vectors"])
+        except KeyError as err:
+            raise _missing(err, cfg) from None
 
     @property
     def steps(self) -> int:
@@ -172,54 +174,14 @@ class LocalMethod:
         'local-steps' metric."""
         return self.ctx.steps_done
 
-    def objective(self, x: torch.Tensor, y: torch.Tensor):
-        """(loss, logits, cross-entropy) of a batch at the current weights: alpha * the task
-        loss (CE, unless a part replaces it) + the method's loss terms."""
-        logits = self.model(x) if self._forward is None else self._forward(self.ctx, x)
-        ce = F.cross_entropy(logits, y)
-        task = ce
-        for part in self._task_parts:
-            task = part.task_loss(self.ctx, logits, y, task)
-        loss = self.alpha * task
-        for part in self.parts:
-            term = part.loss(self.ctx, logits, x, y)
-            if term is not None:
-                loss = loss + term
-        return loss, logits, ce
-
-    def backward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """The step's gradient, added to p.grad (zero them before): the method's loss and its
-        backward, or a part's own gradient (FedSOL's). Returns the batch's cross-entropy
-        (detached), which the app reports as train-loss."""
-        if self._stepper is None:
-            loss, self.logits, ce = self.objective(x, y)
-            loss.backward()
-        else:
-            self.logits, ce = self._stepper.step_grad(self.ctx, x, y, self.objective)
-        return ce.detach()
-
-    def before_step(self) -> None:
-        """In place on p.grad, before `optimizer.step()`: the method's gradient corrections
-        (e.g. FedACG's + beta * (w - phi)), clipping (`grad_clip`), then local GC."""
-        for part in self._correctors:
-            part.correct_grad_(self.ctx)
-        if self.grad_clip > 0:
-            nn.utils.clip_grad_norm_(self.ctx.params, self.grad_clip)
-        for p in self.local_gc:
-            if p.grad is not None:
-                centralize_(p.grad, self.cfg["gc-vectors"])
-        self.ctx.steps_done += 1
-
     def end(self) -> dict[str, Any]:
         """After the last step: the method's records for the reply (e.g. SCAFFOLD's control
         variate update), and with an uplink codec (FedPAQ) the encoded 'arrays'; put them last
         in the reply's RecordDict."""
         try:
-            for part in self.parts:
-                self.ctx.up.update(part.end(self.ctx))
+            out = super().end()
         except KeyError as err:
             raise _missing(err, self.cfg) from None
-        out = dict(self.ctx.up)
         if self.codec is not None:
             out["arrays"] = self.codec.reply_arrays(self.model)
         return out

@@ -1,0 +1,75 @@
+"""A strategy from a resolved run config: the one assembly of `MethodStrategy` (docs/own-app.md).
+
+The app's ServerApp (`build_strategy`) and the named strategies (`named.Method`, `FedACG`, ...)
+both take their nodes, per-client state, learning rate and reply screening from
+`strategy_arguments`, so a named strategy in an app of one's own gets what the app gets: seeded
+sampling, node identity, the dynamic client population, N = `num-clients`, the rounds of the
+clients' own state, the uplink codec and every screening limit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+
+import methods
+from methods.registry import parse_objective
+from server_math.reply_screen import record_layouts
+
+from .client_state_rounds import ClientStateRounds
+from .nodes import Nodes
+from .population import ClientPopulation
+from .round_loop import MethodStrategy
+
+
+def keeps_client_state(cfg: dict[str, Any]) -> bool:
+    """Whether a client part of `client-objective` keeps state per client (SCAFFOLD's c_i, ...)."""
+    return any(methods.CLIENT_PARTS[p].client_state
+               for p in parse_objective(cfg["client-objective"]))
+
+
+def strategy_arguments(cfg: dict[str, Any], *, min_available_nodes: int,
+                       identify_nodes: bool | None = None) -> dict[str, Any]:
+    """`MethodStrategy`'s keyword arguments that the resolved config `cfg` sets: all but the
+    server rule, what its replies hold (`up_records`) and Flower FedAvg's own keywords.
+
+    `identify_nodes`: ask each node for its partition (None: where the server rule samples by
+    partition, `sampling = 'seeded'`). The clients' own state is versioned by round
+    (`ClientStateRounds`) where a client part keeps some and the nodes are identified; else it
+    stays in each node's Context.state.
+    """
+    sampling = methods.SERVER_RULES[cfg["server-rule"]].sampling
+    identify = sampling == "seeded" if identify_nodes is None else identify_nodes
+    population = None
+    if cfg["dynamic-replace-prob"] > 0:
+        population = ClientPopulation(cfg["dynamic-replace-prob"], cfg["dynamic-replace-every"],
+                                      cfg["dynamic-pool-factor"], seed=cfg["seed"])
+    nodes = Nodes(seed=cfg["seed"], min_available_nodes=min_available_nodes,
+                  node_wait_timeout=cfg["node-wait-timeout"], identify_nodes=identify,
+                  population=population, sampling=sampling, num_clients=cfg["num-clients"])
+    client_state = None  # which version of its own state each client starts from
+    if identify and keeps_client_state(cfg):
+        client_state = ClientStateRounds(checkpoints=cfg["checkpoint-every"] > 0)
+    codec = methods.uplink_codec(cfg)  # e.g. FedPAQ's: w_i = phi + Q(d_i) before screening
+    return dict(
+        nodes=nodes, client_state=client_state, lr=cfg["lr"], lr_decay=cfg["lr-decay"],
+        min_train_clients=cfg["min-train-clients"], max_update_norm=cfg["max-update-norm"],
+        max_skipped_rounds=cfg["max-skipped-rounds"],
+        update_norm_ratio=cfg["update-norm-ratio"], num_examples_ratio=cfg["num-examples-ratio"],
+        update_clip_ratio=cfg["update-clip-ratio"], record_norm_ratio=cfg["record-norm-ratio"],
+        uplink=codec.decoder(cfg) if codec else None)
+
+
+def build_strategy(cfg: dict[str, Any], model: nn.Module, **fedavg_kwargs) -> MethodStrategy:
+    """The app's strategy: the round loop around the server rule `server-rule` names (the
+    method's by default), for this project's `model`, Flower FedAvg's keywords from the run
+    config (`fraction-train`, ...; `fedavg_kwargs` add the metric aggregations)."""
+    rule = methods.SERVER_RULES[cfg["server-rule"]](cfg, model)
+    return MethodStrategy(
+        rule, **strategy_arguments(cfg, min_available_nodes=cfg["min-train-nodes"]),
+        # what the rule's reply records must hold
+        up_records=record_layouts(rule.up, model.named_parameters(), model.state_dict()),
+        fraction_train=cfg["fraction-train"], fraction_evaluate=cfg["fraction-evaluate"],
+        min_train_nodes=cfg["min-train-nodes"], min_evaluate_nodes=cfg["min-evaluate-nodes"],
+        min_available_nodes=cfg["min-train-nodes"], **fedavg_kwargs)
