@@ -31,6 +31,22 @@ if "OMP_NUM_THREADS" not in os.environ:
 
 
 @pytest.fixture(autouse=True)
+def same_generators_in_any_order():
+    """Each test starts from the same state of the global generators (torch's, numpy's,
+    Python's), whatever ran before it: a model or sampler a test builds without a seed of its
+    own is then the same in every order the tests run in (a model built from what an earlier
+    test left in torch's generator once decided whether a test learnt)."""
+    import random
+
+    import numpy as np
+
+    torch.manual_seed(0)
+    np.random.seed(0)
+    random.seed(0)
+    yield
+
+
+@pytest.fixture(autouse=True)
 def task_identity():
     """Message(...) outside a Flower runtime needs a task identity (FLOWER.md 1.4)."""
     from flwr.supercore.task_identity import TaskIdentity
