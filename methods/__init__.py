@@ -1,9 +1,9 @@
 """The methods: one module per method, gathered in one registry (docs/extending.md).
 
-A method module declares a `Method` (name, paper, server rule, client parts, preset values) and
-the parts it adds, and registers them with `register`. The run config's allowed `method`,
-`server-rule` and `client-objective` values, the presets and the docs' method table all come
-from here; the strategy and the ClientApp build their parts from here and never name a method.
+A method module declares a `MethodDefinition` (name, paper, server rule, client parts, preset
+values) and the parts it adds, and registers them with `register`. The run config's allowed
+`method`, `server-rule` and `client-objective` values, the presets and the docs' method table all
+come from here; the strategy and the ClientApp build their parts from here and never name a method.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 import fedacg_gc  # noqa: F401  (first: a module that shadows one of ours is named)
 # isort: split
 
-from .parts import (FLOATS, PARAMETERS, ClientPart, Config, Method, ReplyMetric, ServerRule,
-                    SettingError, UplinkCodec, UpRecord)
+from .parts import (FLOATS, PARAMETERS, ClientPart, Config, MethodDefinition, ReplyMetric,
+                    ServerRule, SettingError, UplinkCodec, UpRecord)
 from .registry import (BASE_PRESET, CLIENT_PARTS, METHODS, SERVER_RULES, UPLINK_CODECS,
                        check_parts, client_part_names, method_names, preset_of, register,
                        server_rule_names, unregister, untested_combinations, uplink_codec)
@@ -26,8 +26,9 @@ from . import scaffold, feddyn, feddc  # noqa: E402,F401
 from . import moon, fedlc, fedntd, feddecorr  # noqa: E402,F401
 from . import fedcm, fedvarp, fedpaq  # noqa: E402,F401
 
-__all__ = ["BASE_PRESET", "CLIENT_PARTS", "ClientPart", "Config", "FLOATS", "METHODS", "Method",
-           "PARAMETERS", "ReplyMetric", "SERVER_RULES", "ServerRule", "SettingError",
+__all__ = ["BASE_PRESET", "CLIENT_PARTS", "ClientPart", "Config", "FLOATS", "METHODS",
+           "MethodDefinition", "PARAMETERS", "ReplyMetric", "SERVER_RULES", "ServerRule",
+           "SettingError",
            "UPLINK_CODECS", "UpRecord", "UplinkCodec", "check_parts", "client_part_names",
            "method_names", "preset_of", "register", "server_rule_names", "unregister",
            "untested_combinations", "uplink_codec"]

@@ -9,15 +9,15 @@ uniformly (`torch.mean`).
 
 from . import momentum  # noqa: F401  (registers the server rule)
 from . import fedprox  # noqa: F401  (registers the proximal term)
-from .parts import Method
+from .parts import MethodDefinition
 from .registry import register
 
 FEDACG = {"lookahead": True, "lam": 0.85, "beta": 0.01}
-register(Method(
+register(MethodDefinition(
     'fedacg',
     "Kim, Kim, Han. FedACG, CVPR 2024, Alg. 1",
     "momentum", ('proximal',), FEDACG,
-), Method(
+), MethodDefinition(
     'fedacg-gcfed',
     "FedACG as in GC-Fed's code",
     "momentum", ('proximal',), {**FEDACG, "beta": 0.002, "aggregation": "uniform"},

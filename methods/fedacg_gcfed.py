@@ -3,10 +3,10 @@ by examples (docs/algorithms.md #presets)."""
 
 from . import momentum  # noqa: F401  (registers the server rule)
 from . import fedprox  # noqa: F401  (registers the proximal term)
-from .parts import Method
+from .parts import MethodDefinition
 from .registry import register
 
-register(Method(
+register(MethodDefinition(
     'fedacg+gcfed',
     'ours: FedACG and GC-Fed at once',
     "momentum", ('proximal',),

@@ -21,7 +21,7 @@ from typing import Any
 
 from . import flower_fedopt  # noqa: F401  (registers the server rule)
 from . import momentum
-from .parts import Method
+from .parts import MethodDefinition
 from .registry import register
 
 BETA1, BETA2 = 0.9, 0.99  # FedACG's server.momentum and server.beta (= Flower's defaults)
@@ -78,6 +78,6 @@ class FedACGAdamRule(momentum.MomentumRule):
 
 PAPER = "Reddi et al. 2021, https://arxiv.org/abs/2003.00295"
 register(FedACGAdamRule,
-         Method("fedadam", PAPER, "fedadam", (), {"eta": 0.01}),
-         Method("fedadam-fedacg", "FedAdam as in FedACG's code", "fedadam-fedacg", (),
-                {"eta": 0.01, "aggregation": "uniform"}))
+         MethodDefinition("fedadam", PAPER, "fedadam", (), {"eta": 0.01}),
+         MethodDefinition("fedadam-fedacg", "FedAdam as in FedACG's code", "fedadam-fedacg", (),
+                          {"eta": 0.01, "aggregation": "uniform"}))

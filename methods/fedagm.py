@@ -3,10 +3,10 @@ loss weight alpha (the shared `alpha` key); docs/algorithms.md #server-round."""
 
 from . import momentum  # noqa: F401  (registers the server rule)
 from . import fedprox  # noqa: F401  (registers the proximal term)
-from .parts import Method
+from .parts import MethodDefinition
 from .registry import register
 
-register(Method(
+register(MethodDefinition(
     'fedagm',
     "Kim, Kim, Han. FedAGM (arXiv:2201.03172v1), Alg. 2",
     "momentum", ('proximal',),

@@ -6,10 +6,10 @@ code does (`torch.mean` over the sampled clients), for GC-Fed's FedAvg rows.
 """
 
 from . import momentum  # noqa: F401  (registers the server rule)
-from .parts import Method
+from .parts import MethodDefinition
 from .registry import register
 
 PAPER = "McMahan 2017 https://arxiv.org/abs/1602.05629"
-register(Method("fedavg", PAPER, "momentum"),
-         Method("fedavg-gcfed", "FedAvg as in GC-Fed's code", "momentum", (),
-                {"aggregation": "uniform"}))
+register(MethodDefinition("fedavg", PAPER, "momentum"),
+         MethodDefinition("fedavg-gcfed", "FedAvg as in GC-Fed's code", "momentum", (),
+                          {"aggregation": "uniform"}))

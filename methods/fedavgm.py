@@ -2,10 +2,10 @@
 #server-round)."""
 
 from . import momentum  # noqa: F401  (registers the server rule)
-from .parts import Method
+from .parts import MethodDefinition
 from .registry import register
 
-register(Method(
+register(MethodDefinition(
     'fedavgm',
     'Hsu et al. 2019, https://arxiv.org/abs/1909.06335',
     "momentum", (),

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import momentum
-from .parts import ClientPart, Method, ReplyMetric, SettingError
+from .parts import ClientPart, MethodDefinition, ReplyMetric, SettingError
 from .registry import register
 
 DELTA = "fedcm-delta"  # the record of Delta in the train instruction
@@ -123,5 +123,5 @@ class FedCMRule(momentum.MomentumRule):
 
 
 register(FedCMCorrection, FedCMRule)
-register(Method(
+register(MethodDefinition(
     "fedcm", "Xu 2021 https://arxiv.org/abs/2106.10874", "fedcm", ("fedcm",), {}))

@@ -14,9 +14,9 @@ Server (state G and H = sum over all clients of h_j, 2x):
     H += sum_{i in S} d_i;   theta = mean_S(w_i) + H / N
 Down theta and G, up w_i and the G_i change: 2x each way. `alpha` is the key `feddc-alpha`; n_i
 is the number of training examples of partition i (its held-out part removed, as the client
-reports it): the ClientApp hands every partition's count to the part (`LocalContext.
-partition_sizes`, from the partitioning, which every node makes the same way); this module reads
-no data.
+reports it): the ClientApp hands every partition's count to the part
+(`LocalContext.partition_sizes`, from the partitioning, which every node makes the same way);
+this module reads no data.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .feddyn import UNTESTED_GC, ModelStepRule
-from .parts import ClientPart, Method, UpRecord
+from .parts import ClientPart, MethodDefinition, UpRecord
 from .registry import register
 
 G_RECORD, DELTA_G_RECORD = "feddc-g", "feddc-dg"
@@ -174,6 +174,6 @@ class FedDCRule(ModelStepRule):
 
 
 register(DriftCorrection, FedDCRule)
-register(Method(
+register(MethodDefinition(
     "feddc", "Gao 2022 https://arxiv.org/abs/2203.11751", "feddc", ("feddc",),
     {"aggregation": "uniform"}))

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from . import momentum  # noqa: F401  (registers the server rule)
-from .parts import ClientPart, Method
+from .parts import ClientPart, MethodDefinition
 from .registry import register
 
 if TYPE_CHECKING:
@@ -66,8 +66,9 @@ class FeatureDecorrelation(ClientPart):
 PAPER = "Shi 2023 https://arxiv.org/abs/2210.00226"  # FedDecorr, ICLR 2023
 FEDACG = {"decorr-beta": 0.01, "decorr-features": "penultimate"}
 register(FeatureDecorrelation,
-         Method("feddecorr", PAPER, "momentum", ("feddecorr",), FEDACG),
-         Method("feddecorr-fedacg", PAPER + " (FedACG code)", "momentum", ("feddecorr",),
-                {**FEDACG, "aggregation": "uniform"}),
-         Method("feddecorr-gcfed", PAPER + " (GC-Fed code)", "momentum", ("feddecorr",),
-                {"decorr-beta": 0.001, "decorr-features": "conv-map", "aggregation": "uniform"}))
+         MethodDefinition("feddecorr", PAPER, "momentum", ("feddecorr",), FEDACG),
+         MethodDefinition("feddecorr-fedacg", PAPER + " (FedACG code)", "momentum", ("feddecorr",),
+                          {**FEDACG, "aggregation": "uniform"}),
+         MethodDefinition("feddecorr-gcfed", PAPER + " (GC-Fed code)", "momentum", ("feddecorr",),
+                          {"decorr-beta": 0.001, "decorr-features": "conv-map",
+                           "aggregation": "uniform"}))

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import fedprox, momentum
-from .parts import ClientPart, Method
+from .parts import ClientPart, MethodDefinition
 from .registry import register
 
 G_I_STATE = "feddyn-g-i"
@@ -179,8 +179,8 @@ class FedDynGcfedRule(FedDynRule):
 
 PAPER = "Acar 2021 https://arxiv.org/abs/2111.04263"
 register(FedDynTerm, FedDynRule, FedDynGcfedRule)
-register(Method("feddyn", PAPER, "feddyn", ("feddyn",), {"aggregation": "uniform"}),
-         Method("feddyn-fedacg", PAPER + "; as in FedACG's code", "feddyn", ("feddyn",),
-                {"aggregation": "uniform"}),
-         Method("feddyn-gcfed", PAPER + "; as in GC-Fed's code", "feddyn-gcfed", ("feddyn",),
-                {"aggregation": "uniform"}))
+register(MethodDefinition("feddyn", PAPER, "feddyn", ("feddyn",), {"aggregation": "uniform"}),
+         MethodDefinition("feddyn-fedacg", PAPER + "; as in FedACG's code", "feddyn", ("feddyn",),
+                          {"aggregation": "uniform"}),
+         MethodDefinition("feddyn-gcfed", PAPER + "; as in GC-Fed's code", "feddyn-gcfed",
+                          ("feddyn",), {"aggregation": "uniform"}))

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from . import momentum  # noqa: F401  (registers the server rule)
-from .parts import ClientPart, Method
+from .parts import ClientPart, MethodDefinition
 from .registry import register
 
 if TYPE_CHECKING:
@@ -65,8 +65,8 @@ class LogitCalibration(ClientPart):
 
 PAPER = "Zhang 2022 https://arxiv.org/abs/2209.00189"  # FedLC, ICML 2022
 register(LogitCalibration,
-         Method("fedlc", PAPER, "momentum", ("fedlc",), {"lc-tau": 1.0}),
-         Method("fedlc-fedacg", PAPER + " (FedACG code)", "momentum", ("fedlc",),
-                {"lc-tau": 1.0, "aggregation": "uniform"}),
-         Method("fedlc-gcfed", PAPER + " (GC-Fed code)", "momentum", ("fedlc",),
-                {"lc-tau": 0.1, "aggregation": "uniform"}))
+         MethodDefinition("fedlc", PAPER, "momentum", ("fedlc",), {"lc-tau": 1.0}),
+         MethodDefinition("fedlc-fedacg", PAPER + " (FedACG code)", "momentum", ("fedlc",),
+                          {"lc-tau": 1.0, "aggregation": "uniform"}),
+         MethodDefinition("fedlc-gcfed", PAPER + " (GC-Fed code)", "momentum", ("fedlc",),
+                          {"lc-tau": 0.1, "aggregation": "uniform"}))

@@ -7,7 +7,7 @@ model, with a cross-entropy and a KL-to-the-main-logits term per branch
 from __future__ import annotations
 
 from . import momentum  # noqa: F401  (registers the server rule)
-from .parts import ClientPart, Method
+from .parts import ClientPart, MethodDefinition
 from .registry import register
 
 
@@ -63,12 +63,12 @@ class MultiLevelBranches(ClientPart):
 
 
 register(MultiLevelBranches)
-register(Method(
+register(MethodDefinition(
     "fedmlb",
     "Kim 2022 https://arxiv.org/abs/2207.06936",
     "momentum", ("mlb",), {},
 ))
-register(Method(
+register(MethodDefinition(
     "fedmlb+acg",
     "FedACG (Kim, Kim, Han, CVPR 2024), review version App. A.3 Table 7: FedMLB with the "
     "look-ahead broadcast",

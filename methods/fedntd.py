@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from . import momentum  # noqa: F401  (registers the server rule)
-from .parts import ClientPart, Method
+from .parts import ClientPart, MethodDefinition
 from .registry import register
 
 if TYPE_CHECKING:
@@ -72,8 +72,8 @@ class NotTrueDistillation(ClientPart):
 PAPER = "Lee 2022 https://arxiv.org/abs/2106.03097"  # FedNTD, NeurIPS 2022
 FEDACG = {"ntd-beta": 0.3, "ntd-form": "fedacg"}
 register(NotTrueDistillation,
-         Method("fedntd", PAPER, "momentum", ("fedntd",), FEDACG),
-         Method("fedntd-fedacg", PAPER + " (FedACG code)", "momentum", ("fedntd",),
-                {**FEDACG, "aggregation": "uniform"}),
-         Method("fedntd-gcfed", PAPER + " (GC-Fed code)", "momentum", ("fedntd",),
-                {"ntd-beta": 1.0, "ntd-form": "gcfed", "aggregation": "uniform"}))
+         MethodDefinition("fedntd", PAPER, "momentum", ("fedntd",), FEDACG),
+         MethodDefinition("fedntd-fedacg", PAPER + " (FedACG code)", "momentum", ("fedntd",),
+                          {**FEDACG, "aggregation": "uniform"}),
+         MethodDefinition("fedntd-gcfed", PAPER + " (GC-Fed code)", "momentum", ("fedntd",),
+                          {"ntd-beta": 1.0, "ntd-form": "gcfed", "aggregation": "uniform"}))

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from . import momentum  # noqa: F401  (registers the server rule)
 from . import fedprox  # noqa: F401  (registers the proximal term)
-from .parts import Method, UplinkCodec
+from .parts import MethodDefinition, UplinkCodec
 from .registry import register
 
 NORMS = "fedpaq.norms"  # the reply's array of per-tensor norms
@@ -212,10 +212,10 @@ class UplinkDecoder:
 
 UplinkQuantizer.decoder = UplinkDecoder
 register(UplinkQuantizer)
-register(Method(
+register(MethodDefinition(
     "fedpaq", "Reisizadeh 2020 https://arxiv.org/abs/1909.13014 (FedAvg, uplink-bits 8)",
     "momentum", (),
     {"uplink-bits": 8}))
-register(Method(
+register(MethodDefinition(
     "fedacg+fedpaq", "FedACG Table 6: FedACG with FedPAQ's 8-bit uplink quantization",
     "momentum", ("proximal",), {"lookahead": True, "lam": 0.85, "beta": 0.01, "uplink-bits": 8}))

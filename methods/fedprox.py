@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from . import momentum  # noqa: F401  (registers the server rule)
-from .parts import ClientPart, Method
+from .parts import ClientPart, MethodDefinition
 from .registry import register
 
 if TYPE_CHECKING:
@@ -48,6 +48,6 @@ class ProximalTerm(ClientPart):
 
 PAPER = "Li 2020 https://arxiv.org/abs/1812.06127"
 register(ProximalTerm,
-         Method("fedprox", PAPER, "momentum", ("proximal",), {"beta": 0.01}),
-         Method("fedprox-gcfed", "FedProx as in GC-Fed's code", "momentum", ("proximal",),
-                {"beta": 0.1, "aggregation": "uniform"}))
+         MethodDefinition("fedprox", PAPER, "momentum", ("proximal",), {"beta": 0.01}),
+         MethodDefinition("fedprox-gcfed", "FedProx as in GC-Fed's code", "momentum", ("proximal",),
+                          {"beta": 0.1, "aggregation": "uniform"}))

@@ -7,7 +7,7 @@ the received model, scaled per element by how far the weight has moved from phi
 from __future__ import annotations
 
 from . import momentum  # noqa: F401  (registers the server rule)
-from .parts import ClientPart, Method
+from .parts import ClientPart, MethodDefinition
 from .registry import register
 
 TEMPERATURE = 3.0  # of the KL to the teacher, fixed in the reference code (no T^2 factor)
@@ -67,7 +67,7 @@ class SolPerturbation(ClientPart):
 
 
 register(SolPerturbation)
-register(Method(
+register(MethodDefinition(
     "fedsol",
     "Lee 2024 https://arxiv.org/abs/2308.12532",
     "momentum", ("sol",), {"aggregation": "uniform"},

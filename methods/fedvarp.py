@@ -20,7 +20,7 @@ from typing import Any
 
 from fileio.atomic import write_atomic
 
-from .parts import Method, ServerRule, SettingError
+from .parts import MethodDefinition, ServerRule, SettingError
 from .registry import register
 
 WHY_NOT = "FedVARP has its own server rule; no paper adds it"
@@ -235,6 +235,6 @@ def varp_step(y, table, ids: list[int], d: list, num_clients: int):
 
 
 register(FedVARPRule)
-register(Method(
+register(MethodDefinition(
     "fedvarp", "Jhunjhunwala 2022 https://arxiv.org/abs/2207.14130", "fedvarp", (),
     {"aggregation": "uniform"}))

@@ -2,10 +2,10 @@
 (docs/algorithms.md #gradient-centralization, #gc-layer-sets)."""
 
 from . import momentum  # noqa: F401  (registers the server rule)
-from .parts import Method
+from .parts import MethodDefinition
 from .registry import register
 
-register(Method(
+register(MethodDefinition(
     'gcfed',
     "Seo et al. GC-Fed, Information Fusion 2026, Alg. 1",
     "momentum", (),

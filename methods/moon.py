@@ -16,7 +16,7 @@ import copy
 from typing import TYPE_CHECKING
 
 from . import momentum  # noqa: F401  (registers the server rule)
-from .parts import ClientPart, Method
+from .parts import ClientPart, MethodDefinition
 from .registry import register
 
 if TYPE_CHECKING:
@@ -85,4 +85,5 @@ class ModelContrastive(ClientPart):
 
 
 register(ModelContrastive,
-         Method("moon", "Li 2021 https://arxiv.org/abs/2103.16257", "momentum", ("moon",)))
+         MethodDefinition("moon", "Li 2021 https://arxiv.org/abs/2103.16257", "momentum",
+                          ("moon",)))

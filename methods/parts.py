@@ -46,7 +46,7 @@ class ClientPart:
 
     At most one part of an objective may override `model_forward`, and one `step_grad`.
 
-    `ctx` is a `client_app.settings.LocalContext`: the model, its parameters, the received
+    `ctx` is a `client_app.client_step.LocalContext`: the model, its parameters, the received
     records (`down`), the node's persistent state (`ctx.state`, the node's Flower
     Context.state: a RecordDict kept across rounds; per-client state goes through
     `ctx.load_state` / `ctx.save_state`), the round and the learning rate.
@@ -223,7 +223,7 @@ class ServerRule:
 
 
 @dataclass(frozen=True)
-class Method:
+class MethodDefinition:
     """A named method: its paper, its server rule, its client parts and preset values.
 
     `preset` gives the value of every preset-controlled key (run_config.schema: `'preset'`) under

@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .parts import ClientPart, Method, ReplyMetric, ServerRule, UplinkCodec, UpRecord
+from .parts import ClientPart, MethodDefinition, ReplyMetric, ServerRule, UplinkCodec, UpRecord
 
-METHODS: dict[str, Method] = {}
+METHODS: dict[str, MethodDefinition] = {}
 SERVER_RULES: dict[str, type[ServerRule]] = {}
 CLIENT_PARTS: dict[str, type[ClientPart]] = {}
 UPLINK_CODECS: dict[str, type[UplinkCodec]] = {}
@@ -28,11 +28,11 @@ class RegistryError(ValueError):
     """A method or part that clashes with a registered one, or names an unknown part."""
 
 
-def register(*items: Method | type[ServerRule] | type[ClientPart]) -> None:
+def register(*items: MethodDefinition | type[ServerRule] | type[ClientPart]) -> None:
     """Register methods, server rules, client parts and uplink codecs (a name may be registered
     once; the same object again is a no-op, so a module may be imported twice)."""
     for item in items:
-        if isinstance(item, Method):
+        if isinstance(item, MethodDefinition):
             table, name = METHODS, item.name
         elif isinstance(item, type) and issubclass(item, UplinkCodec):
             table, name = UPLINK_CODECS, item.name
@@ -41,7 +41,7 @@ def register(*items: Method | type[ServerRule] | type[ClientPart]) -> None:
         elif isinstance(item, type) and issubclass(item, ClientPart):
             table, name = CLIENT_PARTS, item.name
         else:
-            raise RegistryError(f"cannot register {item!r}: not a Method, ServerRule, "
+            raise RegistryError(f"cannot register {item!r}: not a MethodDefinition, ServerRule, "
                                 "ClientPart or UplinkCodec")
         if not name or name in ("preset", "auto", "none") or "," in name:
             raise RegistryError(f"{item!r} needs a name other than '', 'preset', 'auto', 'none'")
@@ -50,7 +50,7 @@ def register(*items: Method | type[ServerRule] | type[ClientPart]) -> None:
         if table is not METHODS:
             _check_declarations(item)
         table[name] = item
-    for method in (i for i in items if isinstance(i, Method)):
+    for method in (i for i in items if isinstance(i, MethodDefinition)):
         unknown = [p for p in (method.server_rule,) if p not in SERVER_RULES]
         unknown += [p for p in method.client_parts if p not in CLIENT_PARTS]
         if unknown:
@@ -72,7 +72,7 @@ def _check_declarations(part: type[ServerRule] | type[ClientPart]) -> None:
                 "(docs/extending.md#the-hooks)")
 
 
-def unregister(*items: Method | type[ServerRule] | type[ClientPart]) -> None:
+def unregister(*items: MethodDefinition | type[ServerRule] | type[ClientPart]) -> None:
     """Remove registered items (tests that add a method for their own duration)."""
     for table in (METHODS, SERVER_RULES, CLIENT_PARTS, UPLINK_CODECS):
         for name in [n for n, v in table.items() if any(v is i for i in items)]:

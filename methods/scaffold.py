@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import momentum
-from .parts import ClientPart, Method, UpRecord
+from .parts import ClientPart, MethodDefinition, UpRecord
 from .registry import register
 
 C_RECORD, DELTA_C_RECORD, C_I_STATE = "scaffold-c", "scaffold-dc", "scaffold-c-i"
@@ -141,6 +141,6 @@ class ScaffoldRule(momentum.MomentumRule):
 
 
 register(ScaffoldCorrection, ScaffoldRule)
-register(Method(
+register(MethodDefinition(
     "scaffold", "Karimireddy et al. SCAFFOLD, ICML 2020 https://arxiv.org/abs/1910.06378 "
     "(as in GC-Fed's code)", "scaffold", ("scaffold",), {"aggregation": "uniform"}))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from flwr.app import ArrayRecord, MetricRecord
 
-from methods import ClientPart, Method, ServerRule, UpRecord, register
+from methods import ClientPart, MethodDefinition, ServerRule, UpRecord, register
 
 # what the reply record holds: the server screens it against this before the rule reads it
 DRIFT = {"drift": UpRecord({"drift": ((1,), "float32")})}
@@ -93,6 +93,6 @@ class AnchorPull(ClientPart):
 
 
 ITEMS = (CoordinateMedian, AnchorPull,
-         Method("median-anchor", "worked example of docs/extending.md", "coordinate-median",
-                ("anchor-pull",)))
+         MethodDefinition("median-anchor", "worked example of docs/extending.md",
+                          "coordinate-median", ("anchor-pull",)))
 register(*ITEMS)

@@ -21,7 +21,7 @@ from client_app.client_step import LocalContext
 from client_app.local_update import LocalConfig, local_update
 from methods.fedmlb import MultiLevelBranches
 from methods.fedsol import SolPerturbation, sol_perturbation
-from methods.parts import ClientPart, Method
+from methods.parts import ClientPart, MethodDefinition
 from models import ResNet18GN
 from experiments.superlink import CONNECTION
 from run_config import ConfigError, resolve
@@ -282,8 +282,8 @@ def test_config_presets_and_refusals():
         allowed = resolve({"method": "fedmlb", "model": "resnet18", **gc,
                            "allow-untested-combinations": True})
         assert len(methods.untested_combinations(allowed)) == 1
-    items = (_OtherStepper, Method("two-steppers", "test only", "momentum",
-                                   ("sol", "other-stepper")))
+    items = (_OtherStepper, MethodDefinition("two-steppers", "test only", "momentum",
+                                             ("sol", "other-stepper")))
     methods.register(*items)
     try:
         with pytest.raises(ConfigError, match="'sol' and 'other-stepper' both replace"):

@@ -11,7 +11,7 @@ from torch import nn
 import methods
 from client_app.client_step import LocalContext
 from client_app.local_update import LocalConfig, local_update
-from methods.parts import ClientPart, Method
+from methods.parts import ClientPart, MethodDefinition
 from run_config import ConfigError, resolve
 
 
@@ -25,7 +25,7 @@ class _Probe(ClientPart):
 
 @pytest.fixture
 def probe():
-    items = (_Probe, Method("probe", "test only", "momentum", ("probe-untested",)))
+    items = (_Probe, MethodDefinition("probe", "test only", "momentum", ("probe-untested",)))
     methods.register(*items)
     yield _Probe
     methods.unregister(*items)

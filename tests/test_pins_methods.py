@@ -50,10 +50,10 @@ def test_every_method_has_its_documented_preset(method):
 
 @pytest.mark.parametrize("name", ["", "preset", "auto", "none", "fedavg,fedprox"])
 def test_reserved_names_are_refused(name):
-    from methods import Method, register, unregister
+    from methods import MethodDefinition, register, unregister
     from methods.registry import RegistryError
 
-    method = Method(name, "test", "momentum")
+    method = MethodDefinition(name, "test", "momentum")
     try:
         with pytest.raises(RegistryError, match="needs a name other than"):
             register(method)
@@ -62,15 +62,15 @@ def test_reserved_names_are_refused(name):
 
 
 def test_a_name_is_registered_once_and_parts_must_exist():
-    from methods import METHODS, Method, register, unregister
+    from methods import METHODS, MethodDefinition, register, unregister
     from methods.registry import RegistryError
 
     register(METHODS["fedavg"])  # the same object again: a no-op
-    clash = Method("fedavg", "another paper", "momentum")
+    clash = MethodDefinition("fedavg", "another paper", "momentum")
     with pytest.raises(RegistryError, match="'fedavg' is registered already"):
         register(clash)
     assert METHODS["fedavg"] is not clash
-    orphan = Method("orphan-method", "test", "momentum", ("no-such-part",))
+    orphan = MethodDefinition("orphan-method", "test", "momentum", ("no-such-part",))
     try:
         with pytest.raises(RegistryError, match=r"unregistered parts \['no-such-part'\]"):
             register(orphan)
