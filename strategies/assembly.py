@@ -30,14 +30,17 @@ def keeps_client_state(cfg: dict[str, Any]) -> bool:
 
 
 def strategy_arguments(cfg: dict[str, Any], *, min_available_nodes: int,
-                       identify_nodes: bool | None = None) -> dict[str, Any]:
+                       identify_nodes: bool | None = None,
+                       checkpoints: bool | None = None) -> dict[str, Any]:
     """`MethodStrategy`'s keyword arguments that the resolved config `cfg` sets: all but the
     server rule, what its replies hold (`up_records`) and Flower FedAvg's own keywords.
 
     `identify_nodes`: ask each node for its partition (None: where the server rule samples by
     partition, `sampling = 'seeded'`). The clients' own state is versioned by round
     (`ClientStateRounds`) where a client part keeps some and the nodes are identified; else it
-    stays in each node's Context.state.
+    stays in each node's Context.state. `checkpoints`: whether a checkpoint of the server may
+    need a client's older versions (None: where `checkpoint-every` writes checkpoints; a named
+    strategy writes none, and the clients keep only their newest version).
     """
     sampling = methods.SERVER_RULES[cfg["server-rule"]].sampling
     identify = sampling == "seeded" if identify_nodes is None else identify_nodes
@@ -50,7 +53,8 @@ def strategy_arguments(cfg: dict[str, Any], *, min_available_nodes: int,
                   population=population, sampling=sampling, num_clients=cfg["num-clients"])
     client_state = None  # which version of its own state each client starts from
     if identify and keeps_client_state(cfg):
-        client_state = ClientStateRounds(checkpoints=cfg["checkpoint-every"] > 0)
+        keep = cfg["checkpoint-every"] > 0 if checkpoints is None else checkpoints
+        client_state = ClientStateRounds(checkpoints=keep)
     codec = methods.uplink_codec(cfg)  # e.g. FedPAQ's: w_i = phi + Q(d_i) before screening
     return dict(
         nodes=nodes, client_state=client_state, lr=cfg["lr"], lr_decay=cfg["lr-decay"],

@@ -188,7 +188,7 @@ class Method(MethodStrategy):
                              "docs/configuration.md with '_' for '-')") from None
         super().__init__(
             None, **strategy_arguments(self.cfg, min_available_nodes=min_available_nodes,
-                                       identify_nodes=identify_nodes),
+                                       identify_nodes=identify_nodes, checkpoints=False),
             fraction_train=fraction_train, fraction_evaluate=fraction_evaluate,
             min_train_nodes=min_train_nodes, min_evaluate_nodes=min_evaluate_nodes,
             min_available_nodes=min_available_nodes, weighted_by_key=weighted_by_key,

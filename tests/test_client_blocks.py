@@ -273,3 +273,27 @@ def test_the_same_clientapp_learns_under_flowers_strategies_and_ours(strategy):
     x, y = zip(*(node_data(p) for p in range(4)))
     acc = (init(torch.cat(x)).argmax(1) == torch.cat(y)).float().mean()
     assert acc > 0.6, acc  # 3 classes: chance is 1/3
+
+
+def test_a_clientapp_of_ones_own_keeps_client_state_by_round_as_the_apps_nodes(tmp_path,
+                                                                             monkeypatch):
+    """SCAFFOLD in an app of one's own: the strategy names the version of each client's state
+    to start from (as the app's does) and `LocalMethod` keeps one version per round on the
+    node's disk, none in Context.state; every client of every round found the version named."""
+    monkeypatch.setenv("FEDACG_CACHE_DIR", str(tmp_path))
+    strategy = Method("scaffold", identify_nodes=True, min_train_nodes=4, min_available_nodes=4,
+                      fraction_evaluate=0.0)
+    assert strategy.client_state is not None
+    handler, _ = own_client_app()
+    torch.manual_seed(0)
+    init = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
+    strategy.start(grid=FakeGrid(4, handler), num_rounds=3,
+                   initial_arrays=ArrayRecord(init.state_dict()),
+                   train_config=ConfigRecord({"lr": 0.1}))
+    token = strategy.client_state.run_token
+    folders = sorted((tmp_path / "client-state" / token).iterdir())
+    assert [f.name for f in folders] == ["p0", "p1", "p2", "p3"]
+    for folder in folders:  # the version each started round 3 from and round 3's; no older one
+        assert sorted(f.name for f in folder.iterdir()) == ["scaffold-c-i.r2.pt",
+                                                            "scaffold-c-i.r3.pt"]
+    assert strategy.client_state.accepted == {0: 3, 1: 3, 2: 3, 3: 3}

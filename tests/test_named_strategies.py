@@ -2,6 +2,8 @@
 docs/own-app.md): built like Flower's, from `initial_arrays` alone, against Flower's FedAvg, hand
 computations and the app's own strategy."""
 
+import random
+
 import pytest
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, MetricRecord
@@ -138,6 +140,71 @@ def test_same_rule_and_results_as_the_apps_strategy(method, cls, kwargs):
     assert ours.rule.describe() == app.rule.describe()
     for k in init:
         torch.testing.assert_close(a[k], b[k], atol=1e-6, rtol=0)
+
+
+def assembled(strategy) -> dict:
+    """What a strategy is assembled with besides its server rule, read attribute by attribute."""
+    nodes, pop = strategy.nodes, strategy.nodes.population
+    return {
+        "sampling": (nodes.sampling, nodes.rng.getstate(), nodes.identify_nodes,
+                     nodes.min_available_nodes, nodes.node_wait_timeout, nodes.num_clients),
+        "population": None if pop is None else (pop.replace_prob, pop.replace_every,
+                                                pop.pool_factor, pop.seed),
+        "client-state": None if strategy.client_state is None else (
+            type(strategy.client_state).__name__, strategy.client_state.checkpoints),
+        "lr": (strategy.lr, strategy.lr_decay),
+        "screening": (strategy.min_train_clients, strategy.max_skipped_rounds,
+                      strategy.max_update_norm, strategy.influence, strategy.update_clip_ratio,
+                      strategy.record_norm_ratio),
+        "uplink": None if strategy.uplink is None else type(strategy.uplink).__name__,
+    }
+
+
+# Where each setting of the cases below lands in a strategy.
+WHERE = {
+    "num-clients": lambda s: s.nodes.num_clients,
+    "seed": lambda s: s.nodes.rng.getstate() == random.Random(3).getstate() and 3,
+    "node-wait-timeout": lambda s: s.nodes.node_wait_timeout,
+    "dynamic-replace-prob": lambda s: s.nodes.population.replace_prob,
+    "dynamic-replace-every": lambda s: s.nodes.population.replace_every,
+    "dynamic-pool-factor": lambda s: s.nodes.population.pool_factor,
+    "lr": lambda s: s.lr, "lr-decay": lambda s: s.lr_decay,
+    "max-update-norm": lambda s: s.max_update_norm,
+    "max-skipped-rounds": lambda s: s.max_skipped_rounds,
+    "min-train-clients": lambda s: s.min_train_clients,
+    "update-norm-ratio": lambda s: s.influence[0], "num-examples-ratio": lambda s: s.influence[1],
+    "update-clip-ratio": lambda s: s.update_clip_ratio,
+    "record-norm-ratio": lambda s: s.record_norm_ratio,
+    "uplink-bits": lambda s: s.uplink.bits,
+}
+
+
+@pytest.mark.parametrize("method, settings", [
+    ("scaffold", {"num-clients": 7, "max-update-norm": 50.0, "update-norm-ratio": 5.0,
+                  "seed": 3, "lr": 0.02, "lr-decay": 0.99, "max-skipped-rounds": 2}),
+    ("fedacg", {"dynamic-replace-prob": 0.5, "dynamic-replace-every": 2,
+                "dynamic-pool-factor": 3.0, "num-clients": 4, "node-wait-timeout": 30.0}),
+    ("moon", {"record-norm-ratio": 20.0, "update-clip-ratio": 3.0, "min-train-clients": 2}),
+    ("fedpaq", {"uplink-bits": 4, "num-examples-ratio": 4.0}),
+])
+def test_a_named_strategy_is_assembled_as_the_apps(method, settings):
+    """The app's ServerApp and a named strategy in an app of one's own get the same nodes
+    (seeded sampling, N, the dynamic population), the same per-client state rounds, learning
+    rate, screening and uplink codec from the same settings."""
+    model = build_model("cnn", (1, 8, 8), 10, seed=0)
+    # (the app without checkpoints, as a named strategy: no client keeps older versions for one)
+    app = build_strategy(resolve({"method": method, "min-train-nodes": 3, "checkpoint-every": 0,
+                                  **settings}), model)
+    named = Method(method, min_train_nodes=3, min_available_nodes=3, identify_nodes=True,
+                   **{k.replace("-", "_"): v for k, v in settings.items()})
+    assert assembled(named) == assembled(app)
+    for key, value in settings.items():  # each setting reached both strategies (no defaults)
+        assert value != resolve({"method": method})[key], key
+        for strategy in (app, named):
+            assert WHERE[key](strategy) == value, key
+    stateful = method in ("scaffold", "moon")
+    assert (app.client_state is not None) == stateful
+    assert (app.nodes.population is not None) == ("dynamic-replace-prob" in settings)
 
 
 def test_classifier_from_the_arrays_names():
