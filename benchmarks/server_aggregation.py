@@ -3,7 +3,6 @@
     python -m benchmarks.server_aggregation                      # 10 and 100 ResNet-18-GN updates
     python -m benchmarks.server_aggregation --updates 10 --repeats 7 --json agg.json
     python -m benchmarks.server_aggregation --tiny               # a smoke run (seconds)
-    python -m benchmarks.server_aggregation --server-pass torch  # the PyTorch pass, no C loop
 
 app:   the strategy's `aggregate_train` for one round, as the ServerApp builds it (`run_config.
        resolve` of the FedACG preset + `strategies.assembly.build_strategy`, the ServerApp's
@@ -19,8 +18,7 @@ floor: a plain fused weighted mean of the same replies, sum_i n_i / n * w_i: zer
 
 The replies are real Flower `Message`s carrying an `ArrayRecord` (model + Gaussian noise, 500
 examples each), deflated and inflated as Flower's grid receives them off the wire; each is built
-once and answers every round. Round 1 is not timed in the pairs (its one-time costs: the
-compiled pass of `server_math/block_kernel.py`, built at the first aggregation, and the first
+once and answers every round. Round 1 is not timed in the pairs (its one-time costs: the first
 allocations; shown as `app round 1 ms`). Each repeat times the floor and the app on the same
 replies, interleaved (floor, app, app, floor, floor, app, ...), so a change of load moves both;
 before each, one byte of every page of the replies is read (untimed): memory left unread for
@@ -176,8 +174,8 @@ def time_pairs(model_name: str, n: int, repeats: int) -> dict:
     keys = float_keys(model)
     acc = [torch.zeros_like(v) for k, v in model.state_dict().items() if k in keys]
     floor_ms, app_ms, diffs = [], [], []
-    # round 1 is untimed in the pairs: its one-time costs (the compiled pass of
-    # server_math/block_kernel, first allocations) are reported on their own
+    # round 1 is untimed in the pairs: its one-time costs (first allocations) are reported on
+    # their own
     answers = grid.send_and_receive(strategy.configure_train(1, arrays, ConfigRecord(), grid))
     t = time.perf_counter()
     arrays, _ = strategy.aggregate_train(1, answers)
@@ -244,11 +242,11 @@ def peak_above_replies(kind: str, model_name: str, n: int) -> float | None:
     return (_memory_kb()["VmHWM"] - before) / 1024
 
 
-def measure_memory(kind: str, model_name: str, n: int, server_pass: str) -> float | None:
+def measure_memory(kind: str, model_name: str, n: int) -> float | None:
     """`peak_above_replies` run in a fresh Python process (nothing freed earlier is reused)."""
     out = subprocess.run(
         [sys.executable, "-m", "benchmarks.server_aggregation", "--memory-of", kind,
-         "--model", model_name, "--updates", str(n), "--server-pass", server_pass],
+         "--model", model_name, "--updates", str(n)],
         cwd=ROOT, capture_output=True, text=True, timeout=3600, check=False)
     if out.returncode != 0:
         raise RuntimeError(f"memory run of {kind} failed:\n{out.stderr[-3000:]}")
@@ -263,15 +261,10 @@ def main() -> None:
     parser.add_argument("--model", default="resnet18")
     parser.add_argument("--tiny", action="store_true", help="smoke run: 3 CNN updates, 2 pairs")
     parser.add_argument("--no-memory", action="store_true", help="skip the memory processes")
-    parser.add_argument("--server-pass", choices=("auto", "torch"), default="auto",
-                        help="the run config key: the compiled pass where it builds, or PyTorch")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     parser.add_argument("--memory-of", choices=("app", "floor"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     logging.getLogger("flwr").setLevel(logging.WARNING)  # no per-round log lines
-    from server_math import block_kernel
-
-    block_kernel.set_mode(args.server_pass)
     if args.memory_of:
         print(json.dumps({"peak-mb": peak_above_replies(args.memory_of, args.model,
                                                         int(args.updates))}))
@@ -285,18 +278,17 @@ def main() -> None:
     info = {"device": platform.processor() or "cpu", "cpus": os.cpu_count(),
             "torch-threads": torch.get_num_threads(), "torch": torch.__version__,
             "flwr": flwr.__version__, "python": platform.python_version(), "model": model_name,
-            "repeats": repeats, "server-pass": args.server_pass,
-            "load-average": list(os.getloadavg())}
+            "repeats": repeats, "load-average": list(os.getloadavg())}
     print("device: {device} | {cpus} CPUs, {torch-threads} torch threads | torch {torch} | "
-          "flwr {flwr} | python {python} | {model} | server-pass {server-pass} | {repeats} "
-          "floor/app pairs | load average {load-average[0]:.2f}".format(**info), flush=True)
+          "flwr {flwr} | python {python} | {model} | {repeats} floor/app pairs | "
+          "load average {load-average[0]:.2f}".format(**info), flush=True)
     results = {"info": info, "updates": {}}
     for n in counts:
         row = time_pairs(model_name, n, repeats)
         gc.collect()
         if not args.no_memory:
-            row["floor-peak-mb"] = measure_memory("floor", model_name, n, args.server_pass)
-            row["app-peak-mb"] = measure_memory("app", model_name, n, args.server_pass)
+            row["floor-peak-mb"] = measure_memory("floor", model_name, n)
+            row["app-peak-mb"] = measure_memory("app", model_name, n)
         results["updates"][str(n)] = row
     results["info"]["load-average-end"] = list(os.getloadavg())
     print("\n| updates | floor ms best / median | app ms best / median | app/floor median "

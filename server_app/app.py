@@ -23,7 +23,6 @@ from models import build_model
 from reporting.tracking import build_trackers
 from run_config import ConfigError, load_setup, resolve
 from run_config.check import check_robust
-from server_math import block_kernel
 from strategies.assembly import build_strategy
 
 from . import console
@@ -169,7 +168,6 @@ def run_server(grid: Grid, context: Context, where: dict) -> None:
                            test, run_dir, device, aggregate_metricrecords, traffic=grid.take)
     where["recorder"] = recorder
     recorder.trackers = build_trackers(cfg, run_dir)
-    block_kernel.set_mode(cfg["server-pass"])  # docs/performance.md#the-servers-pass
     strategy = build_strategy(cfg, model, train_metrics_aggr_fn=recorder.train_metrics,
                               evaluate_metrics_aggr_fn=recorder.eval_metrics)
     strategy.round_metrics_fn = recorder.note_train

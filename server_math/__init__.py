@@ -2,8 +2,8 @@
 (docs/extending.md#layout): the update arithmetic (`server_update`: weights, the look-ahead, the
 server step, global GC), the robust rules (`robust`), the screening of every reply before any
 rule sees it (`reply_screen`, with the declarations it screens against in `records`), and the one
-pass over the replies (`blocks`, compiled in `block_kernel`). It names no method and imports
-neither `methods` nor `strategies`; the methods' server rules and the round loop both build on it.
+pass over the replies (`blocks`). It names no method and imports neither `methods` nor
+`strategies`; the methods' server rules and the round loop both build on it.
 Nothing is imported here, so that `records` stays free of torch.
 """
 

@@ -18,10 +18,8 @@ block in float32 (a dot product) and across blocks in float64 (closer to the exa
 one float32 reduction over a whole tensor). A clipped update (`ScaledUpdate`) is summed as its
 model and phi, reweighted, without being computed.
 
-Where a C compiler is found, both passes run as one compiled loop instead
-(`server_math/block_kernel.py`: the three operations per element in one trip, four replies at a
-time); this module's PyTorch operations are the reference it is tested against and what runs
-without a compiler, for other dtypes, or with run config `server-pass = 'torch'`.
+Everything here is PyTorch's own operations: nothing is compiled at run time
+(docs/performance.md#the-servers-pass).
 """
 
 from __future__ import annotations
@@ -32,15 +30,11 @@ from collections.abc import Iterator, Mapping, Sequence
 
 import torch
 
-from . import block_kernel
-
 State = dict[str, torch.Tensor]
 
 BLOCK = 1 << 21  # elements per block (8 MiB of float32): phi, the sum and a difference fit L3
 # (smaller blocks were faster on a quiet box, much slower on a loaded one: more operations,
 # each waiting for its slower thread; docs/performance.md#server-aggregation)
-KERNEL_BLOCK = 1 << 18  # the compiled pass's (one call in all, so small blocks cost nothing):
-# the blocks of phi and of the sum (1 MiB each) stay in the cache while four replies stream by
 
 
 class ScaledUpdate(Mapping):
@@ -127,9 +121,6 @@ def norms_and_sum(models: Sequence[State], center: State, keys: Sequence[str],
     if weights is not None:
         out = _buffer(out, center, keys)
         acc = flat(out, keys)
-    sq = block_kernel.run(flats, ref, acc, weights, plan(sizes, KERNEL_BLOCK), sizes)
-    if sq is not False:  # the compiled pass ran (server_math/block_kernel.py)
-        return sq.sum(1).sqrt().tolist(), (None if acc is None else {k: out[k] for k in keys})
     blocks = plan(sizes)
     scratch = torch.empty(max((sum(b - a for _, a, b in block) for block in blocks), default=0),
                           dtype=torch.float64 if any(center[k].dtype == torch.float64
@@ -187,9 +178,6 @@ def weighted_sum_minus(models: Sequence[State], weights: Sequence[float], minus:
     acc = flat(out, keys)
     ref = flat(minus, keys)
     flats = [flat(m, keys) for m in raw]
-    if block_kernel.run(flats, ref, acc, weights, plan(sizes, KERNEL_BLOCK), sizes, minus_scale,
-                        norms=False) is not False:
-        return {k: out[k] for k in keys}
     for block in plan(sizes):
         acc_block = pieces(acc, block, sizes)
         torch._foreach_zero_(acc_block)

@@ -24,19 +24,6 @@ def states(n: int, seed: int = 0):
 KEYS = ["conv", "bias", "scalar", "fc"]
 
 
-@pytest.fixture(autouse=True, params=["torch", "auto"])
-def server_pass(request):
-    """Every test for the PyTorch pass and for the compiled one (server_math/block_kernel.py),
-    where this machine has a C compiler."""
-    from server_math import block_kernel
-
-    if request.param == "auto" and block_kernel.compiler() is None:
-        pytest.skip("no C compiler here: the compiled pass does not run")
-    block_kernel.set_mode(request.param)
-    yield request.param
-    block_kernel.set_mode("auto")
-
-
 @pytest.mark.parametrize("sizes,block", [((5, 0, 12, 1), 4), ((3, 3), 3), ((10,), 64)])
 def test_the_blocks_cover_every_element_once(sizes, block):
     seen = [[0] * s for s in sizes]
@@ -66,23 +53,18 @@ def test_one_pass_gives_the_exact_norms_and_the_plain_sum():
     assert mean is None and math.isnan(norms[1]) and math.isfinite(norms[0])
 
 
-def test_the_weighted_sum_is_the_plain_one_and_reuses_its_buffer(server_pass):
+def test_the_weighted_sum_is_the_plain_one_and_reuses_its_buffer():
     phi, models = states(4)
     weights = [0.1, 0.2, 0.3, 0.4]
     out = weighted_sum_minus(models, weights, phi, KEYS)
     for k in KEYS:
         want = sum(w * m[k].double() for w, m in zip(weights, models)) - phi[k].double()
         torch.testing.assert_close(out[k].double(), want, rtol=0, atol=1e-5)
-        # element by element the operations of a whole-tensor pass: the very same bits in
-        # PyTorch; the compiled pass fuses each multiply-add as PyTorch's vectorized kernels do,
-        # so it is at most one rounding away where PyTorch runs its plain kernels
+        # element by element the operations of a whole-tensor pass: the very same bits
         plain = torch.zeros_like(phi[k])
         for w, m in zip(weights, models):
             plain.add_(m[k], alpha=w)
-        if server_pass == "torch":
-            assert torch.equal(out[k], plain.sub_(phi[k]))
-        else:
-            torch.testing.assert_close(out[k], plain.sub_(phi[k]), rtol=1e-6, atol=1e-6)
+        assert torch.equal(out[k], plain.sub_(phi[k]))
     again = weighted_sum_minus(models[:2], [0.5, 0.5], phi, KEYS, out=out)
     assert all(again[k] is out[k] for k in KEYS)  # written in place: no new memory
     assert torch.equal(again["fc"], aggregate_update(phi, models[:2], [0.5, 0.5])["fc"])

@@ -57,14 +57,7 @@ def test_each_rule_equals_flowers_strategy(rule, flower, n):
         torch.testing.assert_close(phi[k] + d[k], torch.as_tensor(theirs[k]), atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("server_pass", ["torch", "auto"])
-def test_mean_is_the_weighted_mean_bit_for_bit(monkeypatch, server_pass):
-    """Bit for bit with PyTorch's pass; the compiled one (server_math/block_kernel.py) fuses each
-    multiply-add as PyTorch's vectorized kernels do, so it is one rounding away at most where
-    PyTorch runs its plain kernels (ATEN_CPU_CAPABILITY=default)."""
-    from server_math import block_kernel
-
-    monkeypatch.setattr(block_kernel, "_mode", server_pass)
+def test_mean_is_the_weighted_mean_bit_for_bit():
     phi, models, sizes = models_and_sizes()
     d = robust.aggregate(robust.RobustConfig(), phi, models, sizes, "examples")
     w = client_weights(sizes, "examples")
@@ -72,10 +65,7 @@ def test_mean_is_the_weighted_mean_bit_for_bit(monkeypatch, server_pass):
         acc = torch.zeros_like(phi[k])
         for wi, m in zip(w, models):
             acc.add_(m[k], alpha=wi)
-        if server_pass == "torch":
-            assert torch.equal(d[k], acc - phi[k])
-        else:
-            torch.testing.assert_close(d[k], acc - phi[k], rtol=1e-6, atol=1e-6)
+        assert torch.equal(d[k], acc - phi[k])
 
 
 def test_bulyan_with_too_few_updates_says_so():

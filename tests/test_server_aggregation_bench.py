@@ -26,7 +26,6 @@ def test_smoke_run_table_and_json(tmp_path):
             "(min-max) | floor peak MB | app peak MB | replies MB | max abs diff |") in out.stdout
     figures = json.loads((tmp_path / "a.json").read_text())
     assert {"torch-threads", "load-average", "model", "repeats"} <= figures["info"].keys()
-    assert figures["info"]["server-pass"] == "auto"
     row = figures["updates"]["3"]
     assert row["first-round-ms"] > 0  # round 1: untimed in the pairs, shown on its own
     assert len(row["floor-ms"]) == len(row["app-ms"]) == len(row["pair-ratios"]) == 2
