@@ -8,11 +8,11 @@ from .errors import ConfigError
 from .presets import FLOWER_BASELINES, PRESETS
 from .coerce import coerce
 from .resolve import acc_at_rounds, resolve, target_accs
-from .schema import KEYS, KEYS_BY_NAME, METHODS, PRESET, Key
+from .schema import KEYS, KEYS_BY_NAME, METHODS, PRESET, REMOVED_KEYS, Key
 from .setups import SetupError, load_setup, setup_command, setup_names
 
 __all__ = [
     "ConfigError", "FLOWER_BASELINES", "KEYS", "KEYS_BY_NAME", "Key", "METHODS", "PRESET",
-    "PRESETS", "SetupError", "acc_at_rounds", "coerce", "load_setup", "resolve", "setup_command",
-    "setup_names", "target_accs",
+    "PRESETS", "REMOVED_KEYS", "SetupError", "acc_at_rounds", "coerce", "load_setup", "resolve",
+    "setup_command", "setup_names", "target_accs",
 ]

@@ -13,13 +13,16 @@ from methods.registry import parse_objective
 from .coerce import coerce
 from .errors import ConfigError
 from .presets import PRESETS
-from .schema import KEYS, KEYS_BY_NAME, NATURAL_ID_DATASETS, PRESET
+from .schema import KEYS, KEYS_BY_NAME, NATURAL_ID_DATASETS, PRESET, REMOVED_KEYS
 from .setups import apply_setup
 
 
 def resolve(run_config: Mapping[str, Any]) -> dict[str, Any]:
     """Return the full, typed config: defaults < paper set-up < run_config; 'preset' values
     taken from `method` (docs/setups.md, docs/algorithms.md#presets)."""
+    removed = sorted(set(run_config) & REMOVED_KEYS.keys())
+    if removed:  # a key that existed once: say what became of it, not "unknown key"
+        raise ConfigError(" ".join(REMOVED_KEYS[name] for name in removed))
     unknown = sorted(set(run_config) - set(KEYS_BY_NAME))
     if unknown:
         hints = []

@@ -266,11 +266,6 @@ KEYS: tuple[Key, ...] = (
         "message poll at once for nodes with no message (the same messages are delivered; "
         "docs/performance.md#many-clients); false = Flower's own poll, whose "
         "cost grows with nodes x messages in flight.", "federation", resume_may_differ=True),
-    Key("server-pass", str, "auto", "How the server reads the round's replies (update norms "
-        "and weighted mean, one pass): 'auto' = a C loop compiled at the start where a C "
-        "compiler is found (cc, gcc or clang; else PyTorch), 'torch' = plain PyTorch, nothing "
-        "compiled. The same numbers either way (docs/performance.md#the-servers-pass).",
-        "federation", choices=("auto", "torch"), resume_may_differ=True),
     # --- robustness: what one client can do to the model (docs/security.md) ---
     Key("update-norm-ratio", float, 30.0, "Drop a train reply whose update norm (of w_i - phi) "
         "exceeds this many times the median update norm of the round's replies; 0 = off.",
@@ -426,3 +421,14 @@ KEYS: tuple[Key, ...] = (
 )
 
 KEYS_BY_NAME: dict[str, Key] = {k.name: k for k in KEYS}
+
+# Keys that no longer exist, each with what a config that still names one is told (resolve and
+# the set-up loader refuse them with this message, not as unknown keys; a checkpoint's saved
+# config drops them: server_app/checkpoint.py).
+REMOVED_KEYS: dict[str, str] = {
+    "server-pass": "run config 'server-pass' was removed: the server's pass over the replies "
+    "(update norms and weighted mean) is PyTorch's now, the compiled C loop is gone, and there "
+    "is nothing to choose (docs/performance.md#the-servers-pass). Delete the 'server-pass' key "
+    "from your run config (pyproject.toml's [tool.flwr.app.config], --run-config, a set-up or "
+    "sweep file).",
+}

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
-from .schema import KEYS_BY_NAME, METHODS, PRESET
+from .schema import KEYS_BY_NAME, METHODS, PRESET, REMOVED_KEYS
 
 SETUP_DIR = Path(__file__).resolve().parent / "setups"
 _FIELDS = {"paper", "description", "method", "federation", "run-config", "row-config", "notes",
@@ -130,6 +130,8 @@ def _values(values: Any, where: str, field: str) -> dict[str, Any]:
     typed = {}
     for key_name, value in values.items():
         key = KEYS_BY_NAME.get(key_name)
+        if key is None and key_name in REMOVED_KEYS:
+            raise SetupError(f"{where}: {field}: {REMOVED_KEYS[key_name]}")
         if key is None:
             raise SetupError(f"{where}: unknown run-config key '{key_name}' in {field}")
         if key_name in ("setup", "method") or PRESET in key.choices:

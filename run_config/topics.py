@@ -43,7 +43,7 @@ TOPICS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
      "Rounds, client sampling, seeds and the dynamic client population.",
      ("num-server-rounds", "fraction-train", "min-train-nodes", "fraction-evaluate",
       "min-evaluate-nodes", "seed", "dynamic-replace-prob", "dynamic-replace-every",
-      "dynamic-pool-factor", "simulation-fast-poll", "server-pass")),
+      "dynamic-pool-factor", "simulation-fast-poll")),
     ("Reliability",
      "What the server does with late, failed or bad replies ([results](results.md)).",
      ("min-train-clients", "max-skipped-rounds", "max-update-norm", "round-timeout",

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from fileio.atomic import checksum_line, without_checksum, write_atomic
-from run_config import KEYS, PRESETS, ConfigError
+from run_config import KEYS, PRESETS, REMOVED_KEYS, ConfigError
 
 CHECKPOINT_NAME = "checkpoint.pt"
 CHECKPOINT_FORMAT = 1
@@ -105,6 +105,10 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     if ckpt["format"] != CHECKPOINT_FORMAT:
         raise CheckpointError(f"{path} has checkpoint format {ckpt['format']}; this version "
                               f"reads format {CHECKPOINT_FORMAT}")
+    if isinstance(ckpt["config"], dict):
+        # a key removed since the checkpoint was written (run_config.schema.REMOVED_KEYS, e.g.
+        # server-pass) is dropped: neither compared on resume nor written to the run's config
+        ckpt["config"] = {k: v for k, v in ckpt["config"].items() if k not in REMOVED_KEYS}
     return ckpt
 
 

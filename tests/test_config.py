@@ -101,3 +101,38 @@ def test_knob_of_an_unused_part_is_refused_even_when_not_preset_controlled():
         resolve({"method": "fedavg", "fedopt-tau": 0.1})
     resolve({"method": "fedavg", "fedopt-tau": 1e-3})  # its default: nothing to refuse
     resolve({"method": "fedadam", "fedopt-tau": 0.1})
+
+
+def removed_key_error(text: str) -> None:
+    """The message of a removed key: what became of it and the fix, not a generic unknown key."""
+    for words in ("'server-pass' was removed", "PyTorch's now", "Delete the 'server-pass' key"):
+        assert words in text, (words, text)
+    assert "unknown" not in text, text
+
+
+def test_a_removed_key_says_it_was_removed_wherever_it_is_given(tmp_path, capsys):
+    from run_config import REMOVED_KEYS, load_setup
+    from run_config.check import main as check_main
+
+    assert not set(REMOVED_KEYS) & {k.name for k in KEYS}  # removed: no longer a key
+    for config in ({"server-pass": "auto"}, {"server-pass": "torch", "lr": 0.1}):
+        with pytest.raises(ConfigError) as err:  # --run-config, pyproject: what resolve gets
+            resolve(config)
+        removed_key_error(str(err.value))
+    assert check_main(["--run-config", "server-pass='torch'"]) == 1  # python -m run_config check
+    removed_key_error(capsys.readouterr().err)
+    setup = tmp_path / "old.yaml"  # a set-up file
+    setup.write_text("paper: x\nmethod: fedavg\nfederation: {num-supernodes: 2}\n"
+                     "run-config: {server-pass: auto}\nreported: {columns: [a], rows: {}}\n")
+    load_setup.cache_clear()
+    with pytest.raises(ConfigError) as err:
+        resolve({"setup": str(setup)})
+    removed_key_error(str(err.value))
+    assert "old.yaml" in str(err.value)
+    from experiments.sweep import SweepError, load_sweep  # a sweep file
+
+    grid = tmp_path / "grid.yaml"
+    grid.write_text("methods: {a: {method: fedacg}}\nrun-config: {server-pass: auto}\n")
+    with pytest.raises(SweepError) as err:
+        load_sweep(grid)
+    removed_key_error(str(err.value))
