@@ -32,9 +32,10 @@ import torch
 
 State = dict[str, torch.Tensor]
 
-BLOCK = 1 << 21  # elements per block (8 MiB of float32): phi, the sum and a difference fit L3
-# (smaller blocks were faster on a quiet box, much slower on a loaded one: more operations,
-# each waiting for its slower thread; docs/performance.md#server-aggregation)
+BLOCK = 1 << 18  # elements per block (1 MiB of float32): the blocks of phi, of the sum, of
+# the difference and of the reply just read stay in the cache for the dot product and the
+# weighted add, which with 2M-element blocks (8 MiB each) read them from memory again
+# (docs/performance.md#the-servers-pass)
 
 
 class ScaledUpdate(Mapping):
