@@ -48,7 +48,7 @@ class FlowerFedOpt(ServerRule):
         from flwr.serverapp.exception import AggregationError, InconsistentMessageReplies
 
         key = self.flower.weighted_by_key
-        for msg, _, n in good:  # a capped weight (reply_screen.limit_influence) is what it uses
+        for msg, _, n in good:  # a capped weight (influence.limit_influence) is what it uses
             next(iter(msg.content.metric_records.values()))[key] = n
         try:
             arrays, _ = self.flower.aggregate_train(server_round, [msg for msg, _, _ in good])

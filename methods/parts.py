@@ -167,7 +167,7 @@ class ServerRule:
     # before each `aggregate` (rules with a per-client table, such as FedVARP's)
     client_ids: list = []
     # the weighted mean sum_i p_i w_i - phi the screen computed in its pass over the replies
-    # (server_math.blocks.PreparedMean, from `mean_weights`), set by the round loop before each
+    # (server_math.reply_pass.PreparedMean, from `mean_weights`), set by the round loop before each
     # `aggregate`: `aggregate_update(..., prepared=self.prepared_mean)` takes it if it fits
     prepared_mean = None
     # where that mean may be written (a rule that keeps no reference to its d gives its last d)

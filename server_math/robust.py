@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .blocks import PreparedMean
+from .reply_pass import PreparedMean
 from .server_update import State, aggregate_update, client_weights, float_keys
 
 AGGREGATORS = ("mean", "median", "trimmed-mean", "krum", "multikrum", "bulyan")

@@ -17,7 +17,7 @@ import torch
 
 from models.centralization import centralize_
 
-from .blocks import PreparedMean, weighted_sum_minus
+from .reply_pass import PreparedMean, weighted_sum_minus
 
 State = dict[str, torch.Tensor]
 
@@ -51,7 +51,7 @@ def aggregate_update(phi: State, models: Sequence[State], weights: Sequence[floa
                      out: State | None = None, prepared: PreparedMean | None = None) -> State:
     """d = sum_i w_i * models_i - phi, for the float tensors of phi (models: same dtypes as phi),
     into `out` when given (a buffer of an earlier round: no new model-sized memory). One pass
-    over the models, a cache-sized block at a time (`server_math.blocks`); none when `prepared`
+    over the models, a cache-sized block at a time (`server_math.reply_pass`); none when `prepared`
     (the screen's pass) already holds this very sum (same phi, models and weights)."""
     if prepared is not None and prepared.matches(phi, models, weights):
         return prepared.mean

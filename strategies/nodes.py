@@ -21,7 +21,8 @@ from flwr.common import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy.strategy_utils import sample_nodes
 
-from server_math.reply_screen import screen_node_reports, short_reason
+from server_math.node_reports import screen_node_reports
+from server_math.reply_screen import short_reason
 
 
 class NodeWaitTimeout(RuntimeError):
@@ -195,7 +196,7 @@ class Nodes:
         self.partition_of.update(accepted)
         if anonymous:
             self._give_slots(sorted(anonymous), nodes, refused)
-        for node, why in refused.items():  # reply_screen.check_node_report
+        for node, why in refused.items():  # node_reports.check_node_report
             log(WARNING, "node %d: its report was refused (%s); it is not sampled", node, why)
             self.refused.add(node)
         return simulated and bool(accepted) and self.num_slots > 0

@@ -23,8 +23,8 @@ from flwr.serverapp.strategy import FedAvg, Result
 from flwr.serverapp.strategy.strategy_utils import log_strategy_start_info
 
 from models.wire import state_view
-from server_math.reply_screen import (claim_bound, limit_influence, screen_metrics,
-                                      screen_replies, short_reason)
+from server_math.influence import claim_bound, limit_influence
+from server_math.reply_screen import screen_metrics, screen_replies, short_reason
 
 from .nodes import Nodes
 from .state_check import check_server_state
@@ -80,7 +80,7 @@ class MethodStrategy(RoundConfig, FedAvg):
         self.max_skipped_rounds = max_skipped_rounds
         self.last_skip = ""  # why the last skipped round was skipped
         self.max_update_norm = max_update_norm
-        self.influence = (update_norm_ratio, num_examples_ratio)  # reply_screen.limit_influence
+        self.influence = (update_norm_ratio, num_examples_ratio)  # influence.limit_influence
         # The largest client partition the server computed (server_app, num-examples-check): no
         # honest claim of num-examples is above it; 0 = unknown, claims are not checked.
         self.max_num_examples = 0.0

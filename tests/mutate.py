@@ -76,6 +76,8 @@ TESTS: dict[str, list[str]] = {
     "strategies/named.py": ["tests/test_named_strategies.py", "tests/test_client_blocks.py"],
     "client_app/own_app.py": ["tests/test_client_blocks.py"],
     "server_math/reply_screen.py": ["tests/test_pins_server.py", "tests/test_bad_replies.py"],
+    "server_math/influence.py": ["tests/test_pins_server.py", "tests/test_robust.py"],
+    "server_math/node_reports.py": ["tests/test_pins_server.py", "tests/test_node_identity.py"],
     "strategies/assembly.py": [
         "tests/test_pins_server.py", _PINS_APP, "tests/test_bad_replies.py",
         "tests/test_app.py::test_flower_baseline_and_federated_evaluation",

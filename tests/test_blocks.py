@@ -1,11 +1,11 @@
-"""The server's block-wise passes (server_math/blocks.py) against plain float64 computations."""
+"""The server's block-wise passes (server_math/reply_pass.py) against plain float64 computations."""
 
 import math
 
 import pytest
 import torch
 
-from server_math.blocks import ScaledUpdate, norms_and_sum, plan, weighted_sum_minus
+from server_math.reply_pass import ScaledUpdate, norms_and_sum, plan, weighted_sum_minus
 from server_math.server_update import aggregate_update
 from strategies.state_check import nonfinite_parts
 

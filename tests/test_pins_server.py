@@ -287,7 +287,7 @@ def test_influence_limits_at_ratio_one_with_three_and_two_replies():
     """Update norms 1, 3, 2 (median 2) under update-norm-ratio 1: the norm-3 update is dropped;
     the two left claim 10 and 20 examples (median 15) under weight-ratio 1: 20 is cut to 15.
     With two replies alone, norms 1 and 3 (median 2): the norm-3 update is dropped."""
-    from server_math.reply_screen import limit_influence
+    from server_math.influence import limit_influence
 
     phi = {"w": torch.zeros(2)}
     models = [{"w": torch.tensor([1.0, 0.0])}, {"w": torch.tensor([0.0, 3.0])},
@@ -303,7 +303,7 @@ def test_influence_limits_at_ratio_one_with_three_and_two_replies():
 
 
 def test_influence_limits_of_zero_are_off():
-    from server_math.reply_screen import limit_influence
+    from server_math.influence import limit_influence
 
     phi = {"w": torch.zeros(2)}
     models = [{"w": torch.tensor([1.0, 0.0])}, {"w": torch.tensor([0.0, 1e6])}]
@@ -324,7 +324,7 @@ def test_error_reasons_are_shortened_to_their_last_line():
 def test_node_reports_are_screened():
     """Valid reports say 3 partitions twice and 4 once: 3 is taken (the majority) unless the
     number is known already; out-of-range and non-integer reports are refused with why."""
-    from server_math.reply_screen import screen_node_reports
+    from server_math.node_reports import screen_node_reports
 
     reports = {1: (0, 3), 2: (1, 3), 3: (2, 4), 4: (5, 3), 5: (True, 3), 6: (0, 0)}
     accepted, slots, refused = screen_node_reports(reports)

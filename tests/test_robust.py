@@ -9,7 +9,8 @@ from flwr.serverapp.strategy import Bulyan, FedMedian, FedTrimmedAvg, Krum, Mult
 from flwr.supercore.differential_privacy import compute_clip_model_update
 
 from server_math import robust
-from server_math.reply_screen import Screened, limit_influence
+from server_math.influence import limit_influence
+from server_math.reply_screen import Screened
 from server_math.server_update import client_weights
 from strategy_helpers import random_state
 
