@@ -15,6 +15,10 @@ from typing import Any, BinaryIO
 
 from .errors import UnusableFile
 
+# a file a person writes and the app reads whole: a run-config, set-up or sweep file (the
+# shipped ones are a few KB)
+CONFIG_FILE_LIMIT = 2**20
+
 KINDS = {stat.S_IFIFO: "a named pipe (FIFO)", stat.S_IFSOCK: "a socket",
          stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
          stat.S_IFDIR: "a folder", stat.S_IFLNK: "a link"}

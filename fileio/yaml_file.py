@@ -1,7 +1,8 @@
 """YAML files a person writes (paper set-ups, sweeps), read bounded and without aliases
 (docs/security.md#files-from-outside): anchors and aliases are refused (a 1 KB file of nested
-aliases expands to gigabytes), and so are files over `YAML_LIMIT`, nesting deeper than Python's
-recursion allows, and text that is not UTF-8. PyYAML is imported when a file is read."""
+aliases expands to gigabytes), and so are files over `CONFIG_FILE_LIMIT`, nesting deeper than
+Python's recursion allows, and text that is not UTF-8. PyYAML is imported when a file is
+read."""
 
 from __future__ import annotations
 
@@ -10,9 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UnusableFile
-from .reading import read_text_bounded
-
-YAML_LIMIT = 2**20  # 1 MiB: the shipped set-ups and sweeps are a few KB
+from .reading import CONFIG_FILE_LIMIT, read_text_bounded
 
 
 @functools.cache
@@ -51,7 +50,7 @@ def load_yaml_text(text: str, where: str) -> Any:
                            ) from None
 
 
-def read_yaml(path: Path, limit: int = YAML_LIMIT, *, follow_links: bool = False) -> Any:
+def read_yaml(path: Path, limit: int = CONFIG_FILE_LIMIT, *, follow_links: bool = False) -> Any:
     """The YAML file `path`: a regular file of at most `limit` bytes of UTF-8 (`reading`),
     parsed without aliases."""
     return load_yaml_text(read_text_bounded(path, limit, follow_links=follow_links), str(path))
