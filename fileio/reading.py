@@ -70,10 +70,10 @@ def read_bounded(path: Path, limit: int, *, follow_links: bool = False) -> bytes
             raise UnusableFile(f"{path} is {_size_text(size)}, more than the "
                                f"{_size_text(limit)} such a file may have: it is not one this "
                                "app wrote; remove it or give the right file")
-        data = f.read(limit + 1)
-    if len(data) > limit:  # (it grew while read)
-        raise UnusableFile(f"{path} grew past {_size_text(limit)} while it was read: give a "
-                           "file that is not being written")
+        data = f.read(size)
+        if f.read(1):  # (it grew while read)
+            raise UnusableFile(f"{path} grew while it was read: give a file that is not being "
+                               "written")
     return data
 
 
