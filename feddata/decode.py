@@ -59,10 +59,10 @@ def open_image(source):
     from PIL import Image
 
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
+        with warnings.catch_warnings():  # (the size is checked before decoding: no warning)
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
             img = Image.open(source)
-    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as err:
+    except Image.DecompressionBombError as err:
         raise PixelsRefused(f"its header declares too many pixels ({err}): a decompression "
                             "bomb, or an image far larger than the dataset's") from None
     except Image.UnidentifiedImageError:

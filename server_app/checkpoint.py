@@ -127,8 +127,8 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
 def checkpoint_problem(ckpt: dict[str, Any]) -> str | None:
     """What makes a loaded checkpoint's fields unusable (None: nothing): the round a whole
     number in [0, num-server-rounds' largest value], the rows those of rounds up to it (a
-    resumed run adds rows after it), the config and strategy state mappings, the RNG states of the shapes
-    `set_rng_state` takes, the run id a string."""
+    resumed run adds rows after it), the config and strategy state mappings, the RNG states of
+    the shapes `set_rng_state` takes, the run id a string."""
     number, high = ckpt["round"], KEYS_BY_NAME["num-server-rounds"].high
     if not isinstance(number, int) or isinstance(number, bool) or not 0 <= number <= high:
         return f"its round is {number!r}, not a whole number in [0, {high:g}]"
