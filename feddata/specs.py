@@ -104,7 +104,8 @@ class Bounds:
 
 # The ranges of the keys a node's own data is read with, defined once: run_config/schema.py
 # takes its keys' ranges from here, and `python -m feddata check` checks its options by them
-# (`own_data_settings`), so the check and a node's run config agree (docs/data.md#own-data).
+# (`own_data_settings`), so the check and a node's run config agree
+# (docs/data.md#files-and-the-check).
 CLIENT_VAL_FRACTION = Bounds(0.0, 1.0, high_open=True)
 CUSTOM_CLASSES = Bounds(2, 1_000_000)  # (the schema's low is 0: not a custom dataset)
 
