@@ -312,17 +312,16 @@ def is_done(cell: Cell) -> bool:
     return made_from == json.loads(json.dumps(cell.description()))
 
 
-def cell_folder(cell: Cell, sweep: Sweep) -> Path:
-    """The cell's run folder, made inside the sweep's folder, no folder on the way a link."""
+def sweep_folder(sweep: Sweep, *names: str) -> Path:
+    """sweep.dir/names..., made inside the sweep's out-dir, no folder on the way a link."""
     sweep.dir.parent.mkdir(parents=True, exist_ok=True)
-    parts = cell.run_dir.relative_to(sweep.dir).parts
-    return folders_inside(sweep.dir.parent, sweep.dir.name, *parts)
+    return folders_inside(sweep.dir.parent, sweep.dir.name, *names)
 
 
 def start_cell(cell: Cell, sweep: Sweep) -> None:
     """The cell's folder made, its stale results removed, its run-config.toml written (it also
     serves `flwr run`)."""
-    cell_folder(cell, sweep)
+    sweep_folder(sweep, *cell.run_dir.relative_to(sweep.dir).parts)
     for stale in ("results.json", "sweep-cell.json"):
         (cell.run_dir / stale).unlink(missing_ok=True)
     write_text_atomic(cell.run_dir / "run-config.toml",
@@ -519,8 +518,7 @@ def write_report(sweep: Sweep) -> str:
             curve(results.get("rounds", []), "ema-acc"))
     rows = [m for m in by_row.values() if m.summaries]
     md, csv_text = comparison(rows, rounds, targets)
-    sweep.dir.parent.mkdir(parents=True, exist_ok=True)
-    folders_inside(sweep.dir.parent, sweep.dir.name)
+    sweep_folder(sweep)
     write_text_atomic(sweep.dir / "table.md", md)
     write_text_atomic(sweep.dir / "table.csv", csv_text)
     write_text_atomic(sweep.dir / "runs.csv", runs_csv(cells, rounds, targets))

@@ -74,7 +74,8 @@ class _Folder:
     def __init__(self, root: Path, key: str, follow_links: bool):
         self.root, self.key, self.follow_links = root, key, follow_links
         self.real = os.path.realpath(root)
-        self.seen: set[tuple[int, int]] = set()
+        st = os.stat(root)
+        self.seen: set[tuple[int, int]] = {(st.st_dev, st.st_ino)}
         self.skipped: dict[str, list[str]] = {}
 
     def skip(self, path: Path, why: str) -> None:

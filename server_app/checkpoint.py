@@ -18,7 +18,7 @@ an error instead of resuming from something else. Contents:
 
 A checkpoint is read as a regular file only (never through a link), at most this machine's
 memory in size, and every field is checked for type and range before use
-(`checkpoint_problem`): a re-signed file whose round is -1, or whose rows do not end at its
+(`checkpoint_problem`): a re-signed file whose round is -1, or whose rows go on past its
 round, is refused (docs/security.md#files-from-outside).
 """
 

@@ -909,7 +909,7 @@ def test_sweep_names_become_folders_inside_the_sweep_only(tmp_path):
 
 
 def test_a_linked_cell_folder_and_a_linked_log_are_never_written_through(tmp_path, victim):
-    from experiments.sweep import cell_folder, load_sweep, start_cell
+    from experiments.sweep import load_sweep, start_cell, sweep_folder
     from fileio.errors import UnusableFile
     from fileio.in_place import fresh_log
 
@@ -925,7 +925,7 @@ def test_a_linked_cell_folder_and_a_linked_log_are_never_written_through(tmp_pat
             start_cell(c, sweep)
     assert list(elsewhere.iterdir()) == []
     os.unlink(sweep.dir / "runs" / "fedavg")
-    cell_folder(c, sweep)
+    sweep_folder(sweep, *c.run_dir.relative_to(sweep.dir).parts)
     os.symlink(victim, c.run_dir / "flwr-run.log")
     with guarded(tmp_path, out):
         with fresh_log(c.run_dir / "flwr-run.log") as log:
