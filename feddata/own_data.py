@@ -97,11 +97,11 @@ class _Folder:
             target = os.path.realpath(path)
             inside = target == self.real or target.startswith(self.real + os.sep)
             if not inside and not self.follow_links:
-                allow = ("node config data-follow-links=true, or python -m feddata check "
-                         "--follow-links" if self.key == "data-path" else "none for test-data")
+                allow = (", or allow links that leave it (node config data-follow-links=true; "
+                         "python -m feddata check --follow-links)" if self.key == "data-path"
+                         else "")
                 raise OwnDataError(f"{path} is a link to {target}, outside the data folder "
-                                   f"{self.root}: copy what it points to into the folder, or "
-                                   f"allow links that leave it ({allow})")
+                                   f"{self.root}: copy what it points to into the folder{allow}")
             try:
                 mode = os.stat(path).st_mode
             except OSError:
