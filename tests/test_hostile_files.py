@@ -36,6 +36,7 @@ from typing import Callable
 
 import numpy as np
 import pytest
+import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -748,6 +749,26 @@ def test_a_checkpoint_whose_rows_go_past_its_round_is_refused(tmp_path):
     with guarded(tmp_path, tmp_path / "out"):
         with pytest.raises(CheckpointError, match=r"its rows go on past its round 1"):
             load_checkpoint(tmp_path / "out" / "checkpoint.pt")
+
+
+def test_a_checkpoint_whose_rng_states_are_not_the_processs_is_refused(tmp_path):
+    """Re-signed with a made-up RNG state: refused when read, not a bare error at resume."""
+    import io as _io
+
+    from fileio.atomic import checksum_line
+    from server_app.checkpoint import (CHECKSUM_PREFIX, CheckpointError, load_checkpoint,
+                                       rng_state)
+
+    rng = {**rng_state(), "numpy": ("MT19937", torch.zeros(5, dtype=torch.int64), 0, 0, 0.0)}
+    buf = _io.BytesIO()
+    torch.save({"format": 1, "round": 1, "config": {}, "strategy": {}, "rng": rng,
+                "rows": [{"round": 0}, {"round": 1}]}, buf)
+    data = buf.getvalue()
+    path = write(tmp_path / "out" / "checkpoint.pt", checksum_line(CHECKSUM_PREFIX, data) + data)
+    with guarded(tmp_path, tmp_path / "out"):
+        with pytest.raises(CheckpointError, match=r"its random-number states are not those of "
+                                                  r"Python, NumPy and torch"):
+            load_checkpoint(path)
 
 
 def test_a_checkpoint_that_is_a_named_pipe_is_refused(tmp_path):
