@@ -53,6 +53,16 @@ def own_data_path(context: Context) -> str | None:
     return str(path) if path else None
 
 
+def follow_links(context: Context) -> bool:
+    """Node config `data-follow-links = true`: links in the node's data folder may point out of
+    it (docs/data.md#own-data-folders); by default only links into the folder are followed."""
+    value = context.node_config.get("data-follow-links", False)
+    if not isinstance(value, bool):
+        raise ValueError(f"node config 'data-follow-links' = {value!r}: expected true or false "
+                         "(--node-config \"data-follow-links=true\")")
+    return value
+
+
 def partition_of(context: Context) -> tuple[int | None, int]:
     """The node's client id among N: `partition-id` / `num-partitions`, or with its own data
     `client-id` / `num-clients` (they then name the node, for sampling and per-client state;
@@ -116,7 +126,7 @@ def setup(msg: Message, context: Context):
     if path is not None:  # the node's own folder, whole (no partitioner)
         from feddata.own_data import prepared_own_data
 
-        data = prepared_own_data(cfg, path)
+        data = prepared_own_data(cfg, path, follow_links=follow_links(context))
     else:
         data = load_prepared_partition(cfg, pid, nparts, cache_dir(context.node_config))
     device = pick_device(cfg["device"])

@@ -34,6 +34,7 @@ from typing import Any
 import torch
 
 from fileio.atomic import checksum_line, without_checksum, write_atomic
+from fileio.reading import memory_bytes, read_bounded
 
 RUN_KEY, ROUND_KEY, KEEP_KEY = "client-state-run", "client-state-round", "client-state-keep"
 LOST_MARK = "[client state lost]"  # the server stops the run on this (strategies/client_state)
@@ -79,10 +80,10 @@ class DiskVersions:
         path = self.path(name, server_round)
         if not path.is_file():
             return None
-        try:
-            data = without_checksum(HEADER, path.read_bytes())
+        try:  # (bounded: a regular file, no link, at most this machine's memory)
+            data = without_checksum(HEADER, read_bounded(path, memory_bytes()))
         except OSError as err:
-            raise UnusableVersion(str(path), f"cannot be read ({err.strerror})") from None
+            raise UnusableVersion(str(path), f"cannot be read ({err.strerror or err})") from None
         if data is None:
             raise UnusableVersion(str(path), "is damaged: it lacks the checksum header or its "
                                   "SHA-256 does not match (changed or cut short on disk)")

@@ -24,6 +24,8 @@ import urllib.request
 from pathlib import Path
 
 from fileio.atomic import write_text_atomic
+from fileio.in_place import fresh_log
+from fileio.reading import read_tail
 
 CONNECTION = "sweep"
 
@@ -118,7 +120,7 @@ class LocalSuperLink:
             self.home / "config.toml",
             '[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = ":local:"\n\n'
             f'[superlink.{CONNECTION}]\naddress = "127.0.0.1:{self.port}"\ninsecure = true\n')
-        log = open(self.home / "superlink.log", "w")
+        log = fresh_log(self.home / "superlink.log")  # (never through a link)
         self.proc = subprocess.Popen(
             ["flower-superlink", "--insecure", "--simulation", "--host", "127.0.0.1",
              "--port", str(self.port), "--disable-runtime-dependency-installation"],
@@ -134,7 +136,7 @@ class LocalSuperLink:
             except (urllib.error.URLError, OSError):
                 pass
             if self.proc.poll() is not None or time.monotonic() > deadline:
-                text = (self.home / "superlink.log").read_text()[-2000:]
+                text = read_tail(self.home / "superlink.log", 2000).decode(errors="replace")
                 self.stop()
                 raise RuntimeError(f"the SuperLink did not start:\n{text}")
             time.sleep(0.5)

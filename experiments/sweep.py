@@ -14,7 +14,11 @@ ClientApp in this process through an in-memory grid (`inprocess`): same apps, sa
 maths, same run folder, no SuperLink, no Ray, no message serialization.
 A cell whose run folder holds a complete results.json made from the same cell description is
 skipped, so a stopped sweep resumes where it was. The sweep file format is in docs/results.md
-("Sweeps"); `SWEEP_KEYS` lists its keys.
+("Sweeps"); `SWEEP_KEYS` lists its keys. The sweep file and the config files it names are read
+bounded and without YAML aliases, every key's type is checked before anything runs, and the
+names of the sweep, its methods and settings become folder names only through `slug` (no '..',
+no '/'): the sweep writes inside its own folder under out-dir, never through a link
+(docs/security.md#files-from-outside).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import re
 import shutil
@@ -33,15 +38,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 from fileio.atomic import write_text_atomic
+from fileio.folders import folders_inside
+from fileio.in_place import fresh_log
+from fileio.names import safe_name
+from fileio.reading import CONFIG_FILE_LIMIT, read_json_bounded, read_tail, read_text_bounded
+from fileio.yaml_file import read_yaml
 from reporting.metrics import curve, run_summary
+from reporting.results_file import read_results
 from reporting.status import describe, run_state
 from reporting.table import MethodRuns, comparison, runs_csv
 from run_config import ConfigError, acc_at_rounds, resolve, target_accs
@@ -111,26 +120,49 @@ class Sweep:
 
 # --- the sweep file ----------------------------------------------------------------------
 def slug(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._+=-]+", "_", str(name)).strip("_") or "_"
+    """A sweep's, method's or setting's name as a folder name: letters, digits and ._+=- kept,
+    the rest '_', then made one safe path component (`safe_name`: '..' is no folder name)."""
+    return safe_name(re.sub(r"[^A-Za-z0-9._+=-]+", "_", str(name)).strip("_"))
+
+
+def _mapping(value: Any, where: str) -> dict[str, Any]:
+    """`value` as a dict (None: empty); SweepError naming `where` otherwise."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise SweepError(f"{where}: expected a mapping of keys to values, got {value!r}")
+    return dict(value)
+
+
+def _read(path: Path, what: str) -> Any:
+    """A YAML or TOML file the sweep names, read bounded (fileio): SweepError otherwise."""
+    try:
+        if path.suffix == ".toml":
+            text = read_text_bounded(path, CONFIG_FILE_LIMIT, follow_links=True)
+            try:
+                return tomllib.loads(text)
+            except (tomllib.TOMLDecodeError, RecursionError, ValueError) as err:
+                raise SweepError(f"{what} {path} is not valid TOML ({err})") from None
+        return read_yaml(path, follow_links=True)
+    except FileNotFoundError:
+        raise SweepError(f"{what} {path} not found") from None
+    except OSError as err:  # UnusableFile: a named pipe, too large, not UTF-8, YAML aliases
+        raise SweepError(f"{what}: {err.strerror or err}") from None
 
 
 def load_config_file(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """(run config, federation config) of a .toml file (flat keys, or a pyproject's
     [tool.flwr.app.config]) or a .yaml file (flat keys, or `run-config:` / `federation-config:`)."""
-    if not path.is_file():
-        raise SweepError(f"config file {path} not found")
-    if path.suffix == ".toml":
-        data = tomllib.loads(path.read_text())
-        data = data.get("tool", {}).get("flwr", {}).get("app", {}).get("config", data)
-    elif path.suffix in (".yaml", ".yml"):
-        data = yaml.safe_load(path.read_text()) or {}
-    else:
+    if path.suffix not in (".toml", ".yaml", ".yml"):
         raise SweepError(f"config file {path}: expected a .toml, .yaml or .yml file")
-    if not isinstance(data, dict):
-        raise SweepError(f"config file {path}: expected a mapping of run-config keys")
+    data = _mapping(_read(path, "config file"), f"config file {path}")
+    if path.suffix == ".toml" and "tool" in data:  # a pyproject: its [tool.flwr.app.config]
+        for key in ("tool", "flwr", "app", "config"):
+            data = _mapping(data.get(key), f"config file {path}: [tool.flwr.app.config]")
     if "run-config" in data or "federation-config" in data:
-        return dict(data.get("run-config") or {}), dict(data.get("federation-config") or {})
-    return dict(data), {}
+        return (_mapping(data.get("run-config"), f"config file {path}: run-config"),
+                _mapping(data.get("federation-config"), f"config file {path}: federation-config"))
+    return data, {}
 
 
 def part(spec: Any, where: str, base: Path) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -147,7 +179,7 @@ def part(spec: Any, where: str, base: Path) -> tuple[dict[str, Any], dict[str, A
     run, fed = {}, {}
     if "run-config-file" in spec:
         run, fed = load_config_file((base / str(spec.pop("run-config-file"))).expanduser())
-    fed.update(spec.pop("federation-config", None) or {})
+    fed.update(_mapping(spec.pop("federation-config", None), f"{where}: federation-config"))
     run.update(spec)
     return run, fed
 
@@ -155,20 +187,31 @@ def part(spec: Any, where: str, base: Path) -> tuple[dict[str, Any], dict[str, A
 def _numbers(value: Any, kind: type, where: str) -> list:
     if isinstance(value, str):
         value = [v for v in value.replace(" ", "").split(",") if v]
-    if not isinstance(value, list):
-        raise SweepError(f"{where}: expected a list, got {value!r}")
+    if not isinstance(value, list) or any(isinstance(v, bool) for v in value):
+        raise SweepError(f"{where}: expected a list of {kind.__name__}s, got {value!r}")
     try:
-        return [kind(v) for v in value]
-    except (TypeError, ValueError):
+        numbers = [kind(v) for v in value]
+    except (TypeError, ValueError, OverflowError):
         raise SweepError(f"{where}: expected a list of {kind.__name__}s, got {value!r}") from None
+    if not all(math.isfinite(v) for v in numbers):
+        raise SweepError(f"{where}: expected finite numbers, got {value!r}")
+    return numbers
+
+
+def _cell_timeout(value: Any, where: str) -> float | None:
+    """cell-timeout: None, or seconds > 0."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+            not 0 < value < math.inf:
+        raise SweepError(f"{where}: cell-timeout must be a number of seconds > 0, got {value!r}")
+    return float(value)
 
 
 def load_sweep(path: Path, out_dir: Path | None = None, connection: str | None = None,
                backend: str | None = None) -> Sweep:
     path = Path(path).resolve()
-    spec = yaml.safe_load(path.read_text()) or {}
-    if not isinstance(spec, dict):
-        raise SweepError(f"{path}: expected a mapping")
+    spec = _mapping(_read(path, "sweep file"), str(path))
     unknown = sorted(set(spec) - set(SWEEP_KEYS))
     if unknown:
         raise SweepError(f"{path}: unknown key(s) {unknown}; the keys are {sorted(SWEEP_KEYS)}")
@@ -180,12 +223,15 @@ def load_sweep(path: Path, out_dir: Path | None = None, connection: str | None =
     if backend == "in-process" and (connection or spec.get("connection")):
         raise SweepError(f"{path}: 'connection' is for backend flwr; an in-process sweep runs "
                          "no SuperLink (drop one of the two)")
+    for key in ("name", "out-dir", "app", "connection"):
+        if spec.get(key) is not None and not isinstance(spec[key], str):
+            raise SweepError(f"{path}: '{key}' must be a string, got {spec[key]!r}")
     base = path.parent
     name = slug(spec.get("name") or path.stem)
     root = Path(out_dir or spec.get("out-dir") or "runs/sweeps").expanduser()
     sweep_dir = (root if root.is_absolute() else Path.cwd() / root).resolve() / name
     common_run, common_fed = part(spec.get("run-config"), "run-config", base)
-    common_fed.update(spec.get("federation-config") or {})
+    common_fed.update(_mapping(spec.get("federation-config"), f"{path}: federation-config"))
     settings = spec.get("settings") or {"": {}}
     if not isinstance(settings, dict):
         raise SweepError(f"{path}: 'settings' must map each setting's name to its run-config keys")
@@ -214,8 +260,10 @@ def load_sweep(path: Path, out_dir: Path | None = None, connection: str | None =
                     resolve(run)  # every cell's config is checked before anything runs
                 except ConfigError as err:
                     raise SweepError(f"{where}: {err}") from None
-                cells.append(Cell(str(s_name), str(m_name), seed, run,
-                                  {**common_fed, **s_fed, **m_fed}, run_dir))
+                federation = {**common_fed, **s_fed, **m_fed}
+                for value in federation.values():
+                    toml_value(value, f"{where}: federation-config")
+                cells.append(Cell(str(s_name), str(m_name), seed, run, federation, run_dir))
     dirs = [c.run_dir for c in cells]
     if len(set(dirs)) != len(dirs):
         raise SweepError(f"{path}: two method or setting names give the same folder name "
@@ -229,25 +277,27 @@ def load_sweep(path: Path, out_dir: Path | None = None, connection: str | None =
         if "acc-at-rounds" in spec else None,
         target_accs=_numbers(spec["target-accs"], float, "target-accs")
         if "target-accs" in spec else None,
-        cell_timeout=spec.get("cell-timeout"), backend=backend,
+        cell_timeout=_cell_timeout(spec.get("cell-timeout"), str(path)), backend=backend,
     )
 
 
 # --- cells -------------------------------------------------------------------------------
-def toml_value(value: Any) -> str:
+def toml_value(value: Any, where: str = "run-config") -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, (int, float)):
+    if isinstance(value, int) or isinstance(value, float) and math.isfinite(value):
         return repr(value)
     if isinstance(value, str):
         return json.dumps(value)  # a TOML basic string
-    raise SweepError(f"run-config value {value!r}: expected a bool, number or string")
+    raise SweepError(f"{where} value {value!r}: expected a bool, finite number or string")
 
 
 def results_of(run_dir: Path) -> dict[str, Any] | None:
+    """The cell's results.json, checked (reporting.results_file); None when there is none or it
+    cannot be read (the cell then counts as not done)."""
     try:
-        return json.loads((run_dir / "results.json").read_text())
-    except (OSError, ValueError):
+        return read_results(run_dir)
+    except OSError:
         return None
 
 
@@ -256,10 +306,26 @@ def is_done(cell: Cell) -> bool:
     if run_state(cell.run_dir)["state"] != "complete":
         return False
     try:
-        made_from = json.loads((cell.run_dir / "sweep-cell.json").read_text())
-    except (OSError, ValueError):
+        made_from = read_json_bounded(cell.run_dir / "sweep-cell.json", CONFIG_FILE_LIMIT)
+    except OSError:
         return False
     return made_from == json.loads(json.dumps(cell.description()))
+
+
+def sweep_folder(sweep: Sweep, *names: str) -> Path:
+    """sweep.dir/names..., made inside the sweep's out-dir, no folder on the way a link."""
+    sweep.dir.parent.mkdir(parents=True, exist_ok=True)
+    return folders_inside(sweep.dir.parent, sweep.dir.name, *names)
+
+
+def start_cell(cell: Cell, sweep: Sweep) -> None:
+    """The cell's folder made, its stale results removed, its run-config.toml written (it also
+    serves `flwr run`)."""
+    sweep_folder(sweep, *cell.run_dir.relative_to(sweep.dir).parts)
+    for stale in ("results.json", "sweep-cell.json"):
+        (cell.run_dir / stale).unlink(missing_ok=True)
+    write_text_atomic(cell.run_dir / "run-config.toml",
+                      "".join(f"{k} = {toml_value(v)}\n" for k, v in cell.run_config.items()))
 
 
 def command(cell: Cell, sweep: Sweep, connection: str) -> list[str]:
@@ -273,14 +339,10 @@ def command(cell: Cell, sweep: Sweep, connection: str) -> list[str]:
 
 def run_cell(cell: Cell, sweep: Sweep, connection: str, env: dict[str, str], echo: bool) -> bool:
     """Run one cell with `flwr run`; True when it left a complete results.json."""
-    cell.run_dir.mkdir(parents=True, exist_ok=True)
-    for stale in ("results.json", "sweep-cell.json"):
-        (cell.run_dir / stale).unlink(missing_ok=True)
-    write_text_atomic(cell.run_dir / "run-config.toml",
-                      "".join(f"{k} = {toml_value(v)}\n" for k, v in cell.run_config.items()))
+    start_cell(cell, sweep)
     cmd = command(cell, sweep, connection)
     run_id = None
-    with open(cell.run_dir / "flwr-run.log", "w") as log:
+    with fresh_log(cell.run_dir / LOGS["flwr"]) as log:
         log.write("$ " + " ".join(cmd) + "\n")
         proc = subprocess.Popen(cmd, cwd=sweep.app, env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, start_new_session=True)
@@ -334,14 +396,10 @@ def run_cell_in_process(cell: Cell, sweep: Sweep, echo: bool) -> bool:
     the console with `echo`); the run-config.toml it writes also serves `flwr run`."""
     from inprocess import run_in_process
 
-    cell.run_dir.mkdir(parents=True, exist_ok=True)
-    for stale in ("results.json", "sweep-cell.json"):
-        (cell.run_dir / stale).unlink(missing_ok=True)
-    write_text_atomic(cell.run_dir / "run-config.toml",
-                      "".join(f"{k} = {toml_value(v)}\n" for k, v in cell.run_config.items()))
+    start_cell(cell, sweep)
     logger = logging.getLogger("flwr")
     saved = logger.handlers[:], logger.level
-    with open(cell.run_dir / LOGS["in-process"], "w") as log_file:
+    with fresh_log(cell.run_dir / LOGS["in-process"]) as log_file:
         to_file = logging.StreamHandler(log_file)
         to_file.setFormatter(logging.Formatter("%(levelname)s %(asctime)s: %(message)s"))
         logger.handlers = [to_file] + ([_EchoRounds()] if echo else [])
@@ -381,7 +439,11 @@ def finished(cell: Cell, echo: bool) -> bool:
     if echo:  # what results.json says, and the end of the log
         print("    " + describe(state), flush=True)
         logs = [cell.run_dir / name for name in LOGS.values() if (cell.run_dir / name).exists()]
-        tail = logs[0].read_text().splitlines()[-12:] if logs else []
+        try:
+            tail = read_tail(logs[0], 64 * 1024).decode(errors="replace").splitlines()[-12:] \
+                if logs else []
+        except OSError as err:
+            tail = [str(err)]
         print("\n".join("    | " + line for line in tail), flush=True)
     return False
 
@@ -437,7 +499,7 @@ def write_report(sweep: Sweep) -> str:
     done = [(c, r) for c, r in done if r and run_state(c.run_dir)["state"] == "complete"]
     if not done:
         raise SweepError(f"no finished cell in {sweep.dir}: nothing to tabulate")
-    first_cfg = done[0][1]["config"]
+    first_cfg = resolve(done[0][0].run_config)  # (the cell's own config: checked at load)
     rounds = sweep.acc_at_rounds or acc_at_rounds(first_cfg)
     targets = sweep.target_accs or target_accs(first_cfg)
     by_row: dict[tuple[str, str], MethodRuns] = {}
@@ -446,16 +508,17 @@ def write_report(sweep: Sweep) -> str:
         for method in sweep.methods:
             by_row[setting, method] = MethodRuns(method, setting=setting)
     for cell, results in done:
-        summary = run_summary(results["rounds"], acc_at_rounds=rounds, target_accs=targets,
-                              total_rounds=results["config"]["num-server-rounds"])
+        summary = run_summary(results.get("rounds", []), acc_at_rounds=rounds,
+                              target_accs=targets,
+                              total_rounds=resolve(cell.run_config)["num-server-rounds"])
         by_row[cell.setting, cell.method].summaries.append(summary)
         cells.append({"setting": cell.setting, "method": cell.method, "seed": cell.seed,
                       "summary": summary, "run-dir": str(cell.run_dir)})
         curves.setdefault(cell.setting, {}).setdefault(cell.method, []).append(
-            curve(results["rounds"], "ema-acc"))
+            curve(results.get("rounds", []), "ema-acc"))
     rows = [m for m in by_row.values() if m.summaries]
     md, csv_text = comparison(rows, rounds, targets)
-    sweep.dir.mkdir(parents=True, exist_ok=True)
+    sweep_folder(sweep)
     write_text_atomic(sweep.dir / "table.md", md)
     write_text_atomic(sweep.dir / "table.csv", csv_text)
     write_text_atomic(sweep.dir / "runs.csv", runs_csv(cells, rounds, targets))

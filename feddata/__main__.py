@@ -1,9 +1,12 @@
 """A node's own data (docs/deployment.md#own-data).
 
     python -m feddata check <data-path> --dataset <name>
-        check a node's own data folder before the node joins a federation: prints what the node
-        would train on (examples, labels, held-out share) or the problem with the file and the
-        fix; exit status 0 when the folder is usable, 1 when it is not.
+        check a node's own data folder before the node joins a federation: the node's own reader
+        and checks (the same key ranges as the run config); prints what the node would train on
+        (examples, labels, held-out share) and what it skips, or the problem with the file and
+        the fix; exit status 0 when the folder is usable, 1 when it is not, 2 for a bad option.
+        --follow-links: as the node config data-follow-links = true (links may leave the
+        folder).
     python -m feddata check <data-path> --dataset custom --classes 10 --shape 1,8,8
         the same for data of your own (run config dataset = 'custom', custom-classes,
         custom-shape).
@@ -39,6 +42,9 @@ def main(argv: list[str] | None = None) -> int:
                        help="dataset custom: the number of classes (run config custom-classes)")
     check.add_argument("--shape", default="",
                        help="dataset custom: C,H,W of the images (run config custom-shape)")
+    check.add_argument("--follow-links", action="store_true",
+                       help="follow links that leave the folder (node config "
+                       "data-follow-links = true)")
     demo = sub.add_parser("demo-folders", help="disjoint label-skewed digits folders")
     demo.add_argument("out", help="the folder to write node-0, node-1, ... into")
     demo.add_argument("--nodes", type=int, default=3)
@@ -54,31 +60,34 @@ def main(argv: list[str] | None = None) -> int:
         for folder in make(args.out, args.nodes, args.seed):
             print(folder)
         return 0
-    from .own_data import OwnDataError, read_own_data
-    from .specs import DataSettingError, spec_of
+    from .own_data import OwnDataError, own_data_partition
+    from .specs import DataSettingError
 
+    cfg = {"dataset": args.dataset, "custom-classes": args.classes, "custom-shape": args.shape,
+           "custom-mean": "", "custom-std": "", "client-val-fraction": args.client_val_fraction,
+           "seed": 0}  # (the held-out share's size does not depend on the seed)
     try:
-        spec = spec_of({"dataset": args.dataset, "custom-classes": args.classes,
-                        "custom-shape": args.shape, "custom-mean": "", "custom-std": ""})
+        data, part = own_data_partition(cfg, args.data_path, follow_links=args.follow_links)
     except DataSettingError as err:
-        print(f"error: {str(err).replace('run config ', '')} (here: --classes, --shape)",
-              file=sys.stderr)
+        print(f"error: {str(err).replace('run config ', '')} (here: {OPTIONS})", file=sys.stderr)
         return 2
-    try:
-        data = read_own_data(args.data_path, spec, args.dataset)
     except OwnDataError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    from .partition import held_out_size
-
-    n = len(data.y)
-    held = held_out_size(n, args.client_val_fraction)
-    counts = data.y.bincount(minlength=spec.num_classes).tolist()
+    for line in data.skipped:
+        print(f"{args.data_path}: {line}")
+    n, held = len(data.y), len(part.val_y)
+    counts = data.y.bincount(minlength=part.num_classes).tolist()
     labels = {i: c for i, c in enumerate(counts) if c}
     print(f"{args.data_path}: {n} examples ({data.source}) of dataset '{args.dataset}', "
-          f"{len(labels)} of {spec.num_classes} labels {labels}; {n - held} to train on, "
+          f"{len(labels)} of {part.num_classes} labels {labels}; {n - held} to train on, "
           f"{held} held out for federated evaluation: OK")
     return 0
+
+
+# the run-config keys `check` takes as options
+OPTIONS = ("--client-val-fraction for client-val-fraction, --classes for custom-classes, "
+           "--shape for custom-shape")
 
 
 def _owners(labels, nodes: int, rng):

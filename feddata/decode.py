@@ -2,16 +2,19 @@
 evaluation.
 
 * images (`Image()` features: PIL images or `{"bytes", "path"}` as the hub stores them) are decoded
-  once, converted to the spec's mode (L or RGB; Tiny-ImageNet has a few grey images), resized to
-  the spec's size where they differ (CelebA 178x218 -> 84x84, as LEAF), and kept as uint8
-  [N, C, H, W]: a quarter of the memory of floats; `normalize` or the training transform turn a
-  batch into floats on the training device;
+  once, read as 8-bit pixels by `pixels_8bit` (the one rule of pixel formats, also for a node's
+  own data: docs/data.md#pixels), converted to the spec's mode (L or RGB; Tiny-ImageNet has a few
+  grey images), resized to the spec's size where they differ (CelebA 178x218 -> 84x84, as LEAF),
+  and kept as uint8 [N, C, H, W]: a quarter of the memory of floats; `normalize` or the training
+  transform turn a batch into floats on the training device;
 * numbers (`Array2D`, digits) are kept as float32 [N, C, H, W];
 * text (Shakespeare) becomes LEAF's character indices, uint8 [N, 80]; the model embeds them;
 * labels become int64 (ClassLabel ints, booleans such as CelebA's `Smiling`, or characters).
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import torch
@@ -33,13 +36,119 @@ def char_indices(texts: list[str], length: int) -> np.ndarray:
     return _CHAR_TABLE[codes].reshape(len(texts), length)
 
 
+class PixelsRefused(ValueError):
+    """An image whose pixels have no one reading as 8-bit grey or RGB, or that is no image: the
+    message says why and what to do (the caller names the file or row)."""
+
+
+# torchvision's IMG_EXTENSIONS: the files an image folder's reader decodes
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+# EXIF orientation -> the transpose that shows the image upright (as PIL's exif_transpose)
+_UPRIGHT = {2: "FLIP_LEFT_RIGHT", 3: "ROTATE_180", 4: "FLIP_TOP_BOTTOM", 5: "TRANSPOSE",
+            6: "ROTATE_270", 7: "TRANSVERSE", 8: "ROTATE_90"}
+_NO_RANGE = {"I": "32-bit integers", "F": "32-bit floats", "CMYK": "CMYK", "YCbCr": "YCbCr",
+             "LAB": "L*a*b*", "HSV": "HSV"}
+
+
+def open_image(source):
+    """The image in `source` (a path or a binary file) with its header read and nothing decoded;
+    PixelsRefused for what is no image, an image of several frames, or one whose header
+    declares more pixels than PIL's decompression-bomb limit."""
+    import warnings
+
+    from PIL import Image
+
+    try:
+        with warnings.catch_warnings():  # (the size is checked before decoding: no warning)
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            img = Image.open(source)
+    except Image.DecompressionBombError as err:
+        raise PixelsRefused(f"its header declares too many pixels ({err}): a decompression "
+                            "bomb, or an image far larger than the dataset's") from None
+    except Image.UnidentifiedImageError:
+        raise PixelsRefused("not a readable image (no image format PIL knows): remove it, or "
+                            "replace it with a PNG or JPEG") from None
+    except Exception as err:  # PIL's OSError, SyntaxError, ... of a damaged header
+        raise PixelsRefused(f"not a readable image ({type(err).__name__}: {err}): remove it, "
+                            "or replace it with a PNG or JPEG") from None
+    frames = getattr(img, "n_frames", 1)
+    if frames > 1:
+        raise PixelsRefused(f"it holds {frames} frames (an animation or a stack): save the one "
+                            "image it should be on its own")
+    return img
+
+
+def _orientation(img) -> int:
+    """The EXIF orientation in the header (1: upright); never decodes (PNG's own getexif
+    would)."""
+    from PIL import Image
+
+    try:
+        return int(Image.Image.getexif(img).get(0x0112, 1))
+    except Exception:  # an unreadable EXIF block: shown as stored
+        return 1
+
+
+def shown_size(img) -> tuple[int, int]:
+    """(width, height) of `img` as shown, its EXIF orientation applied, from the header."""
+    w, h = img.size
+    return (h, w) if _orientation(img) in (5, 6, 7, 8) else (w, h)
+
+
+def pixels_8bit(img):
+    """`img` (`open_image`) decoded, turned upright by its EXIF orientation (as `datasets`
+    does), and read as 8-bit grey (L) or RGB by the one rule of pixel formats
+    (docs/data.md#pixels): 8-bit grey and RGB as stored; 1-bit as 0 / 255; 16-bit samples by
+    their high byte (value / 256, as PIL reads 16-bit colour PNGs); a palette by its colours
+    (grey when every colour is grey); an alpha channel dropped only when every pixel is opaque.
+    32-bit integer or float pixels (no fixed range), CMYK and the other colour spaces, and
+    transparent pixels are refused (PixelsRefused)."""
+    from PIL import Image
+
+    orientation = _orientation(img)
+    try:
+        img.load()
+    except Exception as err:  # a truncated or damaged file: whatever PIL's decoder raises
+        raise PixelsRefused(f"cannot be decoded ({type(err).__name__}: {err}): it is damaged; "
+                            "replace it") from None
+    if orientation in _UPRIGHT:
+        img = img.transpose(getattr(Image.Transpose, _UPRIGHT[orientation]))
+    mode = img.mode
+    if mode in ("L", "RGB"):
+        return img
+    if mode == "1" or mode == "RGBX":
+        return img.convert("L" if mode == "1" else "RGB")
+    if mode.startswith("I;16"):
+        high = (np.asarray(img).astype(np.uint16) >> 8).astype(np.uint8)
+        return Image.fromarray(high, "L")
+    if mode in ("P", "PA"):
+        alpha = mode == "PA" or "transparency" in img.info or (
+            img.palette is not None and img.palette.mode == "RGBA")
+        img = img.convert("RGBA" if alpha else "RGB")
+    if img.mode in ("RGBA", "RGBa", "LA", "La"):
+        if img.getchannel("A").getextrema() != (255, 255):
+            raise PixelsRefused("it has transparent pixels (alpha below 255), which no model "
+                                "input holds: flatten it onto a background, or make it opaque")
+        img = img.convert("RGB" if img.mode.startswith("RGB") else "L")
+    if img.mode not in ("L", "RGB"):
+        raise PixelsRefused(f"its pixels are {_NO_RANGE.get(mode, mode)} (PIL mode {mode}), "
+                            "which have no one 8-bit reading: convert it to 8- or 16-bit grey "
+                            "or RGB (PNG)")
+    if mode in ("P", "PA"):  # a palette of grey colours only is a grey image
+        arr = np.asarray(img)
+        if (arr == arr[..., :1]).all():
+            return img.getchannel("R")
+    return img
+
+
 def _image_array(img, mode: str, size: tuple[int, int]) -> np.ndarray:
     from PIL import Image
 
     if isinstance(img, dict):  # undecoded {"bytes", "path"}
         import io
 
-        img = Image.open(io.BytesIO(img["bytes"])) if img.get("bytes") else Image.open(img["path"])
+        img = open_image(io.BytesIO(img["bytes"]) if img.get("bytes") else img["path"])
+    img = pixels_8bit(img)
     if img.mode != mode:
         img = img.convert(mode)
     if img.size != size:  # PIL sizes are (width, height)
@@ -60,15 +169,50 @@ def input_tensor(ds, spec: DatasetSpec) -> torch.Tensor:
     mode = "L" if c == 1 else "RGB"
     out = np.empty((n, c, h, w), dtype=np.uint8)
     for i, img in enumerate(ds[spec.image] if n else []):
-        out[i] = _image_array(img, mode, (w, h))
+        try:
+            out[i] = _image_array(img, mode, (w, h))
+        except PixelsRefused as err:
+            raise PixelsRefused(f"example {i}: {err}") from None
     return torch.from_numpy(out)
+
+
+class LabelRefused(ValueError):
+    """A stored label that is no class index: `index` is its example."""
+
+    def __init__(self, index: int, why: str):
+        super().__init__(f"example {index}: {why}")
+        self.index, self.why = index, why
+
+
+def class_indices(values) -> np.ndarray:
+    """Stored labels as int64 class indices, read as stored: integers, booleans (0 / 1) and
+    floats that are whole numbers; LabelRefused naming the first other one (no label, 2.7, 'cat',
+    a number beyond int64). Never truncated (docs/data.md#labels)."""
+    arr = np.asarray(values)
+    if arr.ndim == 1 and arr.dtype.kind in "iub":
+        return arr.astype(np.int64)
+    if arr.ndim == 1 and arr.dtype.kind == "f":
+        whole = np.isfinite(arr) & (arr == np.round(arr)) & (np.abs(arr) < 2.0**62)
+        if whole.all():
+            return arr.astype(np.int64)
+    out = np.empty(len(values), dtype=np.int64)
+    for i, value in enumerate(values):
+        if value is None:
+            raise LabelRefused(i, "it has no label (null)")
+        number = value.item() if isinstance(value, np.generic) else value
+        if isinstance(number, float) and math.isfinite(number) and number.is_integer():
+            number = int(number)
+        if not isinstance(number, int) or not -2**63 <= number < 2**63:
+            raise LabelRefused(i, f"its label {value!r} is not a class index (a whole number)")
+        out[i] = number
+    return out
 
 
 def label_tensor(ds, spec: DatasetSpec) -> torch.Tensor:
     values = ds[spec.label] if len(ds) else []
     if spec.kind == "chars":
         return torch.from_numpy(char_indices(values, 1)[:, 0].astype(np.int64))
-    return torch.from_numpy(np.asarray(values).astype(np.int64).reshape(len(ds)))
+    return torch.from_numpy(class_indices(values).reshape(len(ds)))
 
 
 def normalize(x: torch.Tensor, spec: DatasetSpec) -> torch.Tensor:

@@ -85,6 +85,31 @@ class DataSettingError(ValueError):
     """A data setting (a run-config key of the data group) that the data cannot be read with."""
 
 
+@dataclass(frozen=True)
+class Bounds:
+    """The range of a data key's value: [low, high], or [low, high) with `high_open`."""
+
+    low: float
+    high: float
+    high_open: bool = False
+
+    def holds(self, value) -> bool:
+        return (isinstance(value, (int, float)) and not isinstance(value, bool)
+                and self.low <= value and (value < self.high if self.high_open
+                                           else value <= self.high))
+
+    def text(self) -> str:
+        return f"[{self.low:g}, {self.high:g}{')' if self.high_open else ']'}"
+
+
+# The ranges of the keys a node's own data is read with, defined once: run_config/schema.py
+# takes its keys' ranges from here, and `python -m feddata check` checks its options by them
+# (`own_data_settings`), so the check and a node's run config agree
+# (docs/data.md#files-and-the-check).
+CLIENT_VAL_FRACTION = Bounds(0.0, 1.0, high_open=True)
+CUSTOM_CLASSES = Bounds(2, 1_000_000)  # (the schema's low is 0: not a custom dataset)
+
+
 def _numbers(cfg: dict, name: str, kind: type, low: float, high: float, allowed: str,
              example: str) -> list:
     text = str(cfg[name]).replace(" ", "")
@@ -102,10 +127,10 @@ def custom_dataset(cfg: dict) -> tuple[int, tuple[int, ...], tuple, tuple]:
     """dataset = 'custom': (classes, (C, H, W), mean, std) from the custom-* keys, checked
     (DataSettingError naming the key otherwise)."""
     classes = cfg["custom-classes"]
-    if isinstance(classes, bool) or not isinstance(classes, int) or classes < 2:
+    if not isinstance(classes, int) or not CUSTOM_CLASSES.holds(classes):
         raise DataSettingError(f"run config 'custom-classes' = {classes}: dataset = 'custom' "
-                               "needs its number of classes, at least 2 (e.g. "
-                               "custom-classes=10).")
+                               "needs its number of classes, at least 2 and at most "
+                               f"{CUSTOM_CLASSES.high:,} (e.g. custom-classes=10).")
     shape = _numbers(cfg, "custom-shape", int, 1, 4096, "C,H,W", "3,32,32")
     if len(shape) != 3 or shape[0] not in (1, 3):
         raise DataSettingError(f"run config 'custom-shape' = '{cfg['custom-shape']}': dataset "
@@ -122,6 +147,18 @@ def custom_dataset(cfg: dict) -> tuple[int, tuple[int, ...], tuple, tuple]:
                                    "per channel.")
         stats.append(tuple(values))
     return classes, tuple(shape), stats[0], stats[1]
+
+
+def own_data_settings(cfg: dict) -> DatasetSpec:
+    """The dataset a node's own folder is read as (`spec_of`), with the data keys that reading
+    takes checked by their ranges above; DataSettingError naming the key otherwise. The run
+    config's check runs it too (run_config.resolve), and `python -m feddata check` with its
+    options, so both refuse what the other refuses."""
+    fraction = cfg["client-val-fraction"]
+    if not CLIENT_VAL_FRACTION.holds(fraction):
+        raise DataSettingError(f"run config 'client-val-fraction' = {fraction!r}: out of range; "
+                               f"allowed: a number in {CLIENT_VAL_FRACTION.text()} (e.g. 0.1).")
+    return spec_of(cfg)
 
 
 def spec_of(cfg: dict) -> DatasetSpec:

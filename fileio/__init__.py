@@ -1,5 +1,15 @@
-"""The app's files: every file the app writes is written all or nothing (`atomic`: a unique
-temporary file beside it, fsync, rename; never through a link). Standard library only, below
-every other package (docs/extending.md#the-codes-layout)."""
+"""The app's files (docs/security.md#files-from-outside), standard library only, below every
+other package (docs/extending.md#the-codes-layout):
+
+* `atomic`: every file the app writes is written all or nothing (a unique temporary file beside
+  it, fsync, rename; never through a link);
+* `in_place`: the few written as they go (logs, the run lock), never through a link;
+* `folders`: the folders written into (run folders, sweep cells), never links;
+* `names`: `safe_name`, the one rule that makes a name from a config, set-up or sweep file one
+  path component;
+* `reading`: every file read back, bounded (regular files only, a size limit before reading, no
+  link followed), and `yaml_file` for YAML without aliases (PyYAML imported when used);
+* `errors`: `UnusableFile`, whose message names the file and the fix.
+"""
 
 import fedacg_gc  # noqa: F401  (first: a module that shadows one of ours is named)

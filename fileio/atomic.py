@@ -6,17 +6,22 @@ checkpoints, plots, the final model, client state, the partition cache, FedVARP'
 bytes go to a temporary file of a unique name beside the target (created exclusively, never
 through a link), are flushed to disk, and the file is renamed over the target, whose folder is
 then flushed too. A reader, or a crash while writing, sees the old file or the whole new one; a
-link at the target's name is replaced, never written through.
+link at the target's name is replaced, never written through. A write that fails (a full disk, a
+read-only file system, no permission) is an `UnusableFile` naming the file, the folder and the
+fix.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import secrets
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
+
+from .errors import UnusableFile
 
 TMP_SUFFIX = ".tmp"
 
@@ -57,10 +62,29 @@ def write_atomic(path: Path, write: Callable[[BinaryIO], None], mode: int = 0o66
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except UnusableFile:
+        raise
+    except OSError as err:
+        raise UnusableFile(f"cannot write {path}: {err.strerror or err}: {_fix(err, path)}"
+                           ) from None
     finally:
         if tmp.exists() or tmp.is_symlink():
             tmp.unlink()
     _sync_folder(path.parent)
+
+
+def _fix(err: OSError, path: Path) -> str:
+    """What to do about a write that failed with `err`."""
+    folder = path.parent
+    if err.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+        return f"free space on the disk that holds {folder} (or raise your quota there)"
+    if err.errno == errno.EROFS:
+        return f"{folder} is on a read-only file system: write to a folder on another one"
+    if err.errno in (errno.EACCES, errno.EPERM):
+        return f"this process may not write in {folder}: give it write permission there"
+    if err.errno == errno.EISDIR:
+        return "a folder of that name is in the way: remove it"
+    return f"check {folder} (does it exist, can this process write there?)"
 
 
 def write_bytes_atomic(path: Path, data: bytes, mode: int = 0o666) -> None:

@@ -4,8 +4,9 @@ an exit status a script can test (`flwr run` itself exits 0 also when the run fa
     0  complete: every round ran and the final model was saved
     1  failed: the run stopped with an error (results.json holds it)
     3  incomplete: still running, or stopped without a word (killed, `flwr stop`, power loss)
-    4  not a run folder: no readable results.json (the run failed before it had a folder, e.g.
-       a config error, or the path is wrong)
+    4  cannot read: no results.json (the run failed before it had a folder, e.g. a config
+       error, or the path is wrong: state `missing`), or one that cannot be read (a link, a
+       named pipe, too large, not JSON, fields of the wrong type: state `unreadable`, with why)
 
 With several folders the exit status is the highest of theirs. `--json` prints the state of
 each folder as one JSON object per line instead.
@@ -19,19 +20,26 @@ import sys
 from pathlib import Path
 from typing import Any
 
-EXIT = {"complete": 0, "failed": 1, "incomplete": 3, "missing": 4}
+from .results_file import read_results
+
+# 'failed' (the run stopped with an error) and 'cannot read' (missing / unreadable) never share
+# a status
+EXIT = {"complete": 0, "failed": 1, "incomplete": 3, "missing": 4, "unreadable": 4}
 
 
 def run_state(run_dir: Path) -> dict[str, Any]:
-    """{'state': complete | failed | incomplete | missing, 'rounds', 'of', 'error', ...}."""
+    """{'state': complete | failed | incomplete | missing | unreadable, 'rounds', 'of', 'error',
+    ...}."""
     run_dir = Path(run_dir)
     try:
-        results = json.loads((run_dir / "results.json").read_text())
-        if not isinstance(results, dict):
-            raise ValueError("not an object")
-    except (OSError, ValueError) as err:
+        results = read_results(run_dir)
+    except FileNotFoundError:
         return {"run-dir": str(run_dir), "state": "missing",
-                "error": f"no readable results.json ({type(err).__name__})"}
+                "error": "no results.json (not a run folder, or the run failed before it had "
+                "one)"}
+    except OSError as err:  # UnusableFile (a link, a pipe, bad JSON or fields), no permission
+        return {"run-dir": str(run_dir), "state": "unreadable",
+                "error": f"results.json cannot be read: {err}"}
     summary = results.get("summary") or {}
     rows = results.get("rounds") or []
     status = results.get("status")
@@ -54,8 +62,8 @@ def run_state(run_dir: Path) -> dict[str, Any]:
 
 def describe(s: dict[str, Any]) -> str:
     where = s["run-dir"]
-    if s["state"] == "missing":
-        return f"missing     {where}: {s['error']}"
+    if s["state"] in ("missing", "unreadable"):
+        return f"{s['state']:<11s} {where}: {s['error']}"
     progress = f"{s['rounds']}/{s['of']} rounds"
     if s["state"] == "complete":
         metric = s.get("metric") or "test-acc"  # fed-acc: no server test set

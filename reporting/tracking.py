@@ -14,6 +14,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from fileio.folders import folders_inside
 from run_config import ConfigError
 
 
@@ -33,7 +34,7 @@ class TensorBoardTracker:
         except ImportError:
             raise ConfigError("run config 'tensorboard' = true needs TensorBoard: pip install "
                               "-e \".[tensorboard]\" (or set tensorboard = false).") from None
-        self.dir = Path(run_dir) / "tensorboard"
+        self.dir = folders_inside(run_dir, "tensorboard")  # (never a link: inside the run)
         self.writer = SummaryWriter(log_dir=str(self.dir))
         self.writer.add_text("config", "\n".join(f"    {k} = {v!r}" for k, v in cfg.items()))
 
@@ -56,6 +57,7 @@ class WandbTracker:
             raise ConfigError(f"run config 'wandb' = '{cfg['wandb']}' needs Weights & Biases: "
                               "pip install -e \".[wandb]\" (or set wandb = 'off').") from None
         self.wandb = wandb
+        folders_inside(run_dir, "wandb")  # (never a link: what W&B writes stays in the run)
         self.run = wandb.init(
             project=cfg["wandb-project"], name=Path(run_dir).name, dir=str(run_dir),
             mode=cfg["wandb"], config=dict(cfg), reinit="create_new",

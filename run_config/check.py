@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
@@ -46,8 +47,6 @@ def check(run_config: Mapping[str, Any], num_supernodes: int | None = None,
 def check_test_data(cfg: Mapping[str, Any]) -> None:
     """ConfigError when test-data names a folder that is not one on this (the server's)
     machine; its contents are read and checked when the run starts."""
-    from pathlib import Path
-
     if cfg["test-data"] in ("dataset", "none"):
         return
     path = Path(cfg["test-data"]).expanduser()
@@ -94,7 +93,6 @@ def check_out_dir(cfg: Mapping[str, Any]) -> None:
     nearest existing folder takes a new folder (made and removed again at once)."""
     import os
     import tempfile
-    from pathlib import Path
 
     path = Path(cfg["out-dir"]).expanduser()
     probe = path
@@ -112,9 +110,19 @@ def check_out_dir(cfg: Mapping[str, Any]) -> None:
 
 
 def parse(args: list[str] | None) -> dict[str, Any]:
-    """`--run-config` / `--federation-config` values, parsed the way `flwr run` parses them."""
+    """`--run-config` / `--federation-config` values, parsed the way `flwr run` parses them. A
+    .toml file is first read bounded (`fileio.reading`: a regular file of at most
+    CONFIG_FILE_LIMIT bytes of UTF-8), so that a named pipe or a huge file is refused, not
+    waited on."""
     from flwr.common.config import parse_config_args
 
+    from fileio.reading import CONFIG_FILE_LIMIT, read_text_bounded
+
+    if args and len(args) == 1 and args[0].endswith(".toml"):
+        try:
+            read_text_bounded(Path(args[0]).expanduser(), CONFIG_FILE_LIMIT, follow_links=True)
+        except OSError as err:
+            raise ConfigError(f"run-config file {args[0]}: {err.strerror or err}") from None
     try:
         return parse_config_args(args)
     except Exception as err:  # click.ClickException / TOML errors: say what Flower would say

@@ -7,7 +7,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import methods
-from feddata.specs import DataSettingError, custom_dataset
+from feddata.specs import DataSettingError, own_data_settings
+from fileio.names import MAX_NAME_BYTES, safe_name
 from methods.registry import parse_objective
 
 from .coerce import coerce
@@ -115,11 +116,11 @@ def _check_combinations(cfg: dict[str, Any], explicit: set[str]) -> None:
 
 def _check_own_data(cfg: dict[str, Any]) -> None:
     """client-data, test-data and the custom dataset keys (docs/deployment.md#own-data)."""
+    try:  # what a node's folder is read with (also `python -m feddata check`'s check)
+        own_data_settings(cfg)
+    except DataSettingError as err:
+        raise ConfigError(str(err)) from None
     if cfg["dataset"] == "custom":
-        try:
-            custom_dataset(cfg)
-        except DataSettingError as err:
-            raise ConfigError(str(err)) from None
         if cfg["client-data"] != "own":
             raise ConfigError("run config 'dataset' = 'custom' is data of your own, which no one "
                               "can split by partition-id: set client-data='own' (each node "
@@ -157,9 +158,6 @@ def _check_own_data(cfg: dict[str, Any]) -> None:
                               "folder: leave partitioner out.")
 
 
-MAX_NAME_BYTES = 255  # NAME_MAX: the longest file name of Linux's and macOS's file systems
-
-
 def _check_paths(cfg: dict[str, Any]) -> None:
     """out-dir and run-name as far as they can be checked without the disk (the ServerApp
     checks the rest when it makes the folder: a file in the way, no permission)."""
@@ -170,13 +168,12 @@ def _check_paths(cfg: dict[str, Any]) -> None:
         raise ConfigError(f"run config 'out-dir' = {out_dir!r} holds a control character (NUL, "
                           "newline, ...): give a plain path, e.g. "
                           "out-dir='~/fedacg-gc-runs'.")
-    plain = name not in (".", "..") and not any(c in name for c in "/\\")
-    if not plain or any(ord(c) < 32 or ord(c) == 127 for c in name):
+    size = len(name.encode(errors="surrogatepass"))
+    if name and size <= MAX_NAME_BYTES and safe_name(name) != name:
         raise ConfigError(
             f"run config 'run-name' = {name!r} must be a plain folder name (no '/', '\\', "
             "control characters such as NUL or newline, '.' or '..'): it names the run's folder "
             "under out-dir.")
-    size = len(name.encode(errors="surrogatepass"))
     if size > MAX_NAME_BYTES:
         raise ConfigError(
             f"run config 'run-name' is {size} bytes long ('{name[:40]}...'): a "

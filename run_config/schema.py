@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import methods
+from feddata.specs import CLIENT_VAL_FRACTION, CUSTOM_CLASSES
 
 PRESET = "preset"  # value of a preset-controlled key that means "take it from `method`"
 
@@ -332,7 +333,7 @@ KEYS: tuple[Key, ...] = (
         "num-partitions (num-clients) the nodes report, else the nodes connected at the start.",
         "data", low=0, high=1_000_000, strategy=True),
     Key("custom-classes", int, 0, "dataset = 'custom': the number of classes (labels 0 .. "
-        "classes-1).", "data", low=0, high=1_000_000),
+        "classes-1).", "data", low=0, high=CUSTOM_CLASSES.high),
     Key("custom-shape", str, "", "dataset = 'custom': the images' shape C,H,W (C = 1 or 3), "
         "e.g. '3,32,32'.", "data"),
     Key("custom-mean", str, "", "dataset = 'custom': per-channel mean for normalization, "
@@ -360,7 +361,8 @@ KEYS: tuple[Key, ...] = (
         "examples; 0 = the whole test set.", "data", low=0, high=1_000_000_000),
     Key("client-val-fraction", float, 0.1,
         "Share of each partition held out for federated evaluation.",
-        "data", low=0.0, high=1.0, high_open=True),
+        "data", low=CLIENT_VAL_FRACTION.low, high=CLIENT_VAL_FRACTION.high,
+        high_open=CLIENT_VAL_FRACTION.high_open),
     Key("augment", str, "auto", "Training augmentation on the training device: random crop with "
         "padding + horizontal flip, or none; 'auto' = crop-flip for CIFAR and Tiny-ImageNet, none "
         "for the others. Never at test time.", "data", choices=AUGMENTATIONS),

@@ -41,6 +41,9 @@ import functools
 from pathlib import Path
 from typing import Any
 
+from fileio.names import safe_name
+from fileio.yaml_file import read_yaml
+
 from .errors import ConfigError
 from .schema import KEYS_BY_NAME, METHODS, PRESET, REMOVED_KEYS
 
@@ -62,9 +65,10 @@ def setup_names() -> list[str]:
 
 
 def setup_file(name: str) -> Path:
-    """The file of set-up `name`: a shipped set-up's name, or a path to a YAML file."""
-    shipped = SETUP_DIR / f"{name}.yaml"
-    if shipped.exists():
+    """The file of set-up `name`: a shipped set-up's name (one safe file name), or a path to a
+    YAML file."""
+    shipped = SETUP_DIR / f"{safe_name(name)}.yaml"
+    if safe_name(name) == name and shipped.exists():
         return shipped
     path = Path(name).expanduser()
     if path.suffix in (".yaml", ".yml") and path.exists():
@@ -82,15 +86,17 @@ def setup_file(name: str) -> Path:
 
 @functools.lru_cache(maxsize=64)
 def load_setup(name: str) -> dict[str, Any]:
-    """The validated set-up `name` (values typed by the run-config schema)."""
-    import yaml
-
+    """The validated set-up `name` (values typed by the run-config schema). The file is read
+    bounded and without YAML aliases (`fileio.yaml_file`); a path named in the run config is
+    followed where it is a link (it is the user's own)."""
     path = setup_file(name)
     where = f"set-up {path.name}"
     try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        raise SetupError(f"{where}: not valid YAML ({err})") from None
+        data = read_yaml(path, follow_links=True)
+    except FileNotFoundError:
+        raise SetupError(f"{where}: {path} is gone") from None
+    except OSError as err:  # UnusableFile: too large, a named pipe, not UTF-8, not YAML, aliases
+        raise SetupError(f"run config 'setup' = '{name}': {err}") from None
     if not isinstance(data, dict):
         raise SetupError(f"{where}: expected a mapping with {', '.join(_REQUIRED)}")
     missing = [f for f in _REQUIRED if f not in data]
@@ -100,9 +106,10 @@ def load_setup(name: str) -> dict[str, Any]:
             f"{where}: missing {missing}, unknown {unknown}; fields: {sorted(_FIELDS)}")
     if data["method"] not in METHODS:
         raise SetupError(f"{where}: method '{data['method']}' is not one of {', '.join(METHODS)}")
-    size = (data["federation"] or {}).get("num-supernodes")
+    federation = data["federation"]
+    size = federation.get("num-supernodes") if isinstance(federation, dict) else None
     if (not isinstance(size, int) or isinstance(size, bool) or size < 1
-            or len(data["federation"]) != 1):
+            or len(federation) != 1):
         raise SetupError(f"{where}: federation must be {{num-supernodes: <int >= 1>}}")
     run_config = {**PAPER_SERVER, **_values(data["run-config"], where, "run-config")}
     row_config = data.get("row-config") or {}

@@ -101,7 +101,10 @@ def main(grid: Grid, context: Context) -> None:
         # one line for our errors (Flower's traceback is dropped for them)
         text = console.report_error(err, where.get("run_dir"))
         if where.get("run_dir") is not None:
-            mark_failed(where["run_dir"], text)
+            try:
+                mark_failed(where["run_dir"], text)
+            except OSError as failed:  # (a full disk: the first error is the one to see)
+                log(WARNING, "Could not mark %s failed: %s", where["run_dir"], failed)
         if where.get("recorder") is not None:
             where["recorder"].close_trackers()
         raise  # Flower marks the run failed (flwr ls, flwr log); `flwr run` still exits 0

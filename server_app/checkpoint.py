@@ -14,21 +14,32 @@ an error instead of resuming from something else. Contents:
     strategy        the strategy's state_dict(): theta, m, the last broadcast phi, sampling RNG
     rng             the process RNGs: Python `random`, NumPy, torch (CPU)
     rows            the results.json rows so far (round 0 .. round)
+    run-uid         the run's own id (results.json's 'run-uid')
+
+A checkpoint is read as a regular file only (never through a link), at most this machine's
+memory in size, and every field is checked for type and range before use
+(`checkpoint_problem`): a re-signed file whose round is -1, or whose rows go on past its
+round, is refused (docs/security.md#files-from-outside).
 """
 
 from __future__ import annotations
 
 import io
-import json
+import os
 import random
+import stat
+from logging import WARNING
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from flwr.common import log
 
 from fileio.atomic import checksum_line, without_checksum, write_atomic
-from run_config import KEYS, PRESETS, REMOVED_KEYS, ConfigError
+from fileio.reading import memory_bytes, read_bounded
+from reporting.results_file import read_results, rows_problem
+from run_config import KEYS, KEYS_BY_NAME, PRESETS, REMOVED_KEYS, ConfigError
 
 CHECKPOINT_NAME = "checkpoint.pt"
 CHECKPOINT_FORMAT = 1
@@ -73,9 +84,9 @@ def save_checkpoint(run_dir: Path, server_round: int, config: dict[str, Any],
 def load_checkpoint(path: Path) -> dict[str, Any]:
     """Read a checkpoint with weights_only loading; CheckpointError if it is not a usable one."""
     try:
-        raw = Path(path).read_bytes()
+        raw = read_bounded(Path(path), memory_bytes())
     except OSError as err:
-        raise CheckpointError(f"cannot read checkpoint {path}: {err}") from None
+        raise CheckpointError(f"cannot read checkpoint {path}: {err.strerror or err}") from None
     if not raw:
         raise CheckpointError(f"checkpoint {path} is empty (0 bytes): it was not written to the "
                               "end. Resume from another checkpoint, or start afresh with "
@@ -109,7 +120,49 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
         # a key removed since the checkpoint was written (run_config.schema.REMOVED_KEYS, e.g.
         # server-pass) is dropped: neither compared on resume nor written to the run's config
         ckpt["config"] = {k: v for k, v in ckpt["config"].items() if k not in REMOVED_KEYS}
+    problem = checkpoint_problem(ckpt)
+    if problem:
+        raise CheckpointError(f"checkpoint {path} cannot be resumed from: {problem}. It was not "
+                              "written by this app as it is; resume from another checkpoint, "
+                              "or start afresh with resume = ''.")
     return ckpt
+
+
+def checkpoint_problem(ckpt: dict[str, Any]) -> str | None:
+    """What makes a loaded checkpoint's fields unusable (None: nothing): the round a whole
+    number in [0, num-server-rounds' largest value], the rows those of rounds up to it (a
+    resumed run adds rows after it), the config and strategy state mappings, the RNG states of
+    the shapes `set_rng_state` takes, the run id a string."""
+    number, high = ckpt["round"], KEYS_BY_NAME["num-server-rounds"].high
+    if not isinstance(number, int) or isinstance(number, bool) or not 0 <= number <= high:
+        return f"its round is {number!r}, not a whole number in [0, {high:g}]"
+    if not isinstance(ckpt["config"], dict) or not isinstance(ckpt["strategy"], dict):
+        return "its config or strategy state is not a mapping"
+    problem = rows_problem(ckpt["rows"])
+    if problem:
+        return f"its rows: {problem}"
+    if ckpt["rows"] and ckpt["rows"][-1]["round"] > number:  # (the run would repeat them)
+        return f"its rows go on past its round {number}"
+    if not isinstance(ckpt.get("run-uid", ""), str):
+        return "its run id is not a string"
+    return _rng_problem(ckpt["rng"])
+
+
+def _rng_problem(rng: Any) -> str | None:
+    """What `set_rng_state` could not take in `rng` (None: nothing)."""
+    try:
+        version, keys, gauss = rng["python"]
+        kind, np_keys, pos, has_gauss, np_gauss = rng["numpy"]
+        fine = (isinstance(version, int) and isinstance(keys, tuple) and len(keys) == 625
+                and all(isinstance(k, int) for k in keys)
+                and isinstance(rng["torch"], torch.Tensor) and rng["torch"].dtype == torch.uint8
+                and kind == "MT19937" and isinstance(np_keys, torch.Tensor)
+                and np_keys.shape == (624,) and isinstance(pos, int) and 0 <= pos <= 624
+                and isinstance(has_gauss, int) and isinstance(np_gauss, float)
+                and (gauss is None or isinstance(gauss, float)))
+    except (TypeError, KeyError, ValueError):
+        fine = False
+    return None if fine else "its random-number states are not those of Python, NumPy and torch"
 
 
 def find_checkpoint(resume: str, out_dir: str, run_name: str, method: str | None = None) -> Path:
@@ -124,14 +177,17 @@ def find_checkpoint(resume: str, out_dir: str, run_name: str, method: str | None
         base = Path(out_dir).expanduser().resolve()
         if run_name:
             path = base / run_name / CHECKPOINT_NAME
+            if (base / run_name).is_symlink():  # the run would write where the link points
+                raise CheckpointError(
+                    f"resume = 'latest': {base / run_name} is a link, not run '{run_name}''s "
+                    "folder; a run folder is never a link. Remove it, or give resume the path "
+                    "of the run folder itself.")
             if not path.is_file():
                 raise CheckpointError(
                     f"resume = 'latest': no checkpoint of run '{run_name}' ({path} does not "
                     "exist). Check run-name and out-dir, or start afresh with resume = ''.")
             return path
-        found = [p for p in base.glob(f"*/{CHECKPOINT_NAME}")
-                 if _unnamed_unfinished(p.parent, method)]
-        found.sort(key=lambda p: p.stat().st_mtime)
+        found = _unnamed_unfinished_checkpoints(base, method)
         if not found:
             raise CheckpointError(
                 f"resume = 'latest': no unfinished run without a run-name has a checkpoint under "
@@ -152,16 +208,35 @@ def find_checkpoint(resume: str, out_dir: str, run_name: str, method: str | None
     return path
 
 
-def _unnamed_unfinished(run_dir: Path, method: str | None) -> bool:
-    """A run folder made without a run-name (its config says so), not complete, of `method`."""
-    try:
-        results = json.loads((run_dir / "results.json").read_text())
+def _unnamed_unfinished_checkpoints(base: Path, method: str | None) -> list[Path]:
+    """The checkpoints of the run folders under `base` made without a run-name (their config
+    says so), not complete, of `method`; oldest first. Other users' and runs' folders share
+    out-dir, so a folder whose files cannot be read (a link, a named pipe, a results.json that
+    is not this app's) is passed over with a warning: it never stops this run."""
+    found, passed = [], []
+    for entry in sorted(os.scandir(base), key=lambda e: e.name):
+        if entry.name.startswith(".") or not entry.is_dir(follow_symlinks=False):
+            continue
+        try:
+            mode = os.lstat(Path(entry.path) / CHECKPOINT_NAME)
+        except OSError:
+            continue  # (no checkpoint: nothing to resume there)
+        try:
+            if not stat.S_ISREG(mode.st_mode):
+                raise OSError(f"its {CHECKPOINT_NAME} is not a regular file")
+            results = read_results(Path(entry.path))
+        except OSError as err:
+            passed.append(f"{entry.name} ({' '.join(str(err).split())[:200]})")
+            continue
         config = results["config"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return False
-    if results.get("summary", {}).get("complete") or config.get("run-name"):
-        return False
-    return method is None or config.get("method") == method
+        if results.get("summary", {}).get("complete") or config.get("run-name"):
+            continue
+        if method is None or config.get("method") == method:
+            found.append((mode.st_mtime, Path(entry.path) / CHECKPOINT_NAME))
+    if passed:
+        log(WARNING, "resume = 'latest' passed over %d folder(s) under %s whose files cannot be "
+            "read: %s", len(passed), base, "; ".join(passed[:5]))
+    return [path for _, path in sorted(found)]
 
 
 def check_resumable(saved: dict[str, Any], cfg: dict[str, Any], done_round: int) -> None:

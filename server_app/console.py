@@ -11,9 +11,9 @@ line: Flower's round loop, Flower's strategies, ours.
   the default here), and Ray's FutureWarning about accelerator variables (a `warnings` filter,
   installed on import: the ClientApp module is imported before Ray starts).
 * An error of ours (`ConfigError`, a part's `SettingError`, a checkpoint, data, node,
-  client-state or non-finite server state error: `is_ours`) is printed as one ERROR line naming
-  the key and the fix (`report_error`); the traceback Flower logs for the failed ServerApp is
-  dropped for it. Any other exception keeps its traceback.
+  client-state or non-finite server state error, a file that cannot be used: `is_ours`) is
+  printed as one ERROR line naming the key and the fix (`report_error`); the traceback Flower
+  logs for the failed ServerApp is dropped for it. Any other exception keeps its traceback.
 
 Flower prints a few lines before the app is loaded (the federation banner, "default simulated
 SuperNodes changed from 10 to 2"): no app code can filter those.
@@ -84,6 +84,7 @@ def install(log_level: str = "info") -> ConsoleFilter:
 def is_ours(err: BaseException) -> bool:
     """Errors whose message names the problem and the fix: no traceback needed."""
     from feddata.sources import DataSourceError
+    from fileio.errors import UnusableFile
     from methods import SettingError
     from run_config import ConfigError, SetupError
     from strategies.client_state_rounds import ClientStateLost
@@ -95,7 +96,7 @@ def is_ours(err: BaseException) -> bool:
 
     return isinstance(err, (ConfigError, SettingError, SetupError, CheckpointError,
                             NodeWaitTimeout, DataSourceError, ServerStateNotFinite,
-                            ClientStateLost, NothingLearned))
+                            ClientStateLost, NothingLearned, UnusableFile))
 
 
 def one_line(err: BaseException) -> str:

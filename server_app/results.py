@@ -30,16 +30,19 @@ from flwr.app import ArrayRecord, MetricRecord, RecordDict
 from flwr.common import log
 
 from fileio.atomic import write_text_atomic
+from fileio.errors import UnusableFile
+from fileio.folders import own_folder
 from models.evaluation import evaluate
 from models.wire import state_view
 from reporting.metrics import ema_update, run_summary
+from reporting.results_file import RESULTS
+from reporting.results_file import read_results as read_checked_results
 from run_config import ConfigError, acc_at_rounds, target_accs
 
 from .console import duration
 
 __all__ = ["RunRecorder", "ema_update", "make_run_dir", "mark_failed", "mark_running",
            "write_json_atomic"]
-RESULTS = "results.json"
 
 
 def finite_only(obj: Any) -> Any:
@@ -65,11 +68,16 @@ def now_iso() -> str:
 
 
 def read_results(run_dir: Path) -> dict[str, Any] | None:
+    """The run folder's own results.json, checked (`reporting.results_file`); None when there is
+    none, or (with a warning saying why) when it cannot be read: the run then writes a new one
+    over it."""
     try:
-        data = json.loads((Path(run_dir) / RESULTS).read_text())
-    except (OSError, ValueError):
+        return read_checked_results(run_dir)
+    except FileNotFoundError:
         return None
-    return data if isinstance(data, dict) else None
+    except OSError as err:
+        log(WARNING, "%s", f"{err} (this run writes a new one in its place)")
+        return None
 
 
 def run_dir_name(cfg: dict[str, Any], now: float | None = None) -> str:
@@ -90,6 +98,10 @@ def make_run_dir(cfg: dict[str, Any], now: float | None = None,
     if cfg["run-name"]:
         run_dir = base / cfg["run-name"]
         _mkdir(run_dir, "run-name", cfg["run-name"], exist_ok=True)
+        try:  # a link would put everything the run writes outside out-dir
+            own_folder(run_dir)
+        except UnusableFile as err:
+            raise ConfigError(f"run config 'run-name' = '{cfg['run-name']}': {err}.") from None
         if hold:
             hold(run_dir)
         old = read_results(run_dir)

@@ -7,7 +7,8 @@ next one. So it holds in simulation and deployment (one ServerApp process per ru
 in-process runs (several runs in one process: two descriptors of one file exclude each other
 too). While held, the file says who holds it (process, host, Flower run, since when) for the
 error a second run gets. The descriptor is not inherited by programs the ServerApp starts
-(close-on-exec).
+(close-on-exec). The file is opened by `fileio.in_place.open_lock_file`: never through a link,
+and only as a regular file of one name, so writing the lock changes no other file.
 
 Where `fcntl` is missing (Windows) runs are not locked. On a network file system the lock is as
 good as that file system's locks.
@@ -25,6 +26,9 @@ try:
 except ImportError:  # pragma: no cover - Windows: no locks
     fcntl = None
 
+from fileio.errors import UnusableFile
+from fileio.in_place import open_lock_file
+from fileio.reading import read_bounded
 from run_config import ConfigError
 
 LOCK_NAME = "run.lock"
@@ -52,7 +56,11 @@ def hold_run_dir(run_dir: Path, flower_run_id: int | None, key: str, value: str)
     path = Path(run_dir) / LOCK_NAME
     if fcntl is None:  # pragma: no cover
         return RunLock(path, None)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)  # (Python's descriptors: close-on-exec)
+    try:
+        fd = open_lock_file(path)
+    except UnusableFile as err:
+        raise ConfigError(f"run config '{key}' = '{value}': {err} (it may have been planted: "
+                          "check who else writes in that folder).") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:  # BlockingIOError: held by a live process
@@ -76,6 +84,7 @@ def hold_run_dir(run_dir: Path, flower_run_id: int | None, key: str, value: str)
 def holder_of(lock_file: Path) -> str:
     """What the holder wrote into the lock file ('' when unreadable)."""
     try:
-        return " ".join(Path(lock_file).read_text(errors="replace").split())[:300]
+        text = read_bounded(Path(lock_file), 4096).decode(errors="replace")
     except OSError:
         return ""
+    return " ".join(text.split())[:300]

@@ -224,8 +224,12 @@ def test_checkpoints_are_format_1_and_other_formats_are_refused(tmp_path):
 
 
 def test_a_checkpoint_lacking_one_part_is_refused(tmp_path):
-    """Every part of a checkpoint (format, round, config, strategy, rng, rows) must be there."""
-    full = {"format": 1, "round": 2, "config": {}, "strategy": {}, "rng": {}, "rows": []}
+    """Every part of a checkpoint (format, round, config, strategy, rng, rows) must be there
+    (and be what it says: the RNG states are the process's, as set_rng_state takes them)."""
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    rng = {"python": random.getstate(), "torch": torch.get_rng_state(),
+           "numpy": (kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss)}
+    full = {"format": 1, "round": 2, "config": {}, "strategy": {}, "rng": rng, "rows": []}
     assert read_checkpoint(save_checkpoint_file(tmp_path, full))["round"] == 2
     for part in full:
         path = save_checkpoint_file(tmp_path, {k: v for k, v in full.items() if k != part})
