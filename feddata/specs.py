@@ -110,8 +110,10 @@ CLIENT_VAL_FRACTION = Bounds(0.0, 1.0, high_open=True)
 CUSTOM_CLASSES = Bounds(2, 1_000_000)  # (the schema's low is 0: not a custom dataset)
 
 
-def _numbers(cfg: dict, name: str, kind: type, low: float, high: float, allowed: str,
-             example: str) -> list:
+def number_list(cfg: dict, name: str, kind: type, low: float, high: float, allowed: str,
+                example: str) -> list:
+    """The comma-separated numbers of the setting `name` (none for ''), each of `kind` in
+    [low, high]; DataSettingError naming the setting, what is `allowed` and an `example`."""
     text = str(cfg[name]).replace(" ", "")
     try:
         values = [kind(v) for v in text.split(",")] if text else []
@@ -131,14 +133,14 @@ def custom_dataset(cfg: dict) -> tuple[int, tuple[int, ...], tuple, tuple]:
         raise DataSettingError(f"run config 'custom-classes' = {classes}: dataset = 'custom' "
                                "needs its number of classes, at least 2 and at most "
                                f"{CUSTOM_CLASSES.high:,} (e.g. custom-classes=10).")
-    shape = _numbers(cfg, "custom-shape", int, 1, 4096, "C,H,W", "3,32,32")
+    shape = number_list(cfg, "custom-shape", int, 1, 4096, "C,H,W", "3,32,32")
     if len(shape) != 3 or shape[0] not in (1, 3):
         raise DataSettingError(f"run config 'custom-shape' = '{cfg['custom-shape']}': dataset "
                                "= 'custom' needs the images' shape C,H,W with C = 1 (grey) or 3 "
                                "(RGB), e.g. custom-shape='3,32,32'.")
     stats = []
     for key, fill, low in (("custom-mean", 0.0, -1e3), ("custom-std", 1.0, 1e-6)):
-        values = _numbers(cfg, key, float, low, 1e3, f"{shape[0]} number(s), one per channel, "
+        values = number_list(cfg, key, float, low, 1e3, f"{shape[0]} number(s), one per channel, "
                           "pixel values scaled to [0, 1]", ",".join(["0.5"] * shape[0])
                           ) or [fill] * shape[0]
         if len(values) != shape[0]:

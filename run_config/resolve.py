@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import methods
-from feddata.specs import DataSettingError, own_data_settings
+from feddata.specs import DataSettingError, number_list, own_data_settings
 from fileio.names import MAX_NAME_BYTES, safe_name
 from methods.registry import parse_objective
 
@@ -49,16 +49,11 @@ def resolve(run_config: Mapping[str, Any]) -> dict[str, Any]:
 
 def _number_list(cfg: dict[str, Any], name: str, kind: type, low: float, high: float,
                  allowed: str) -> list:
-    text = cfg[name].replace(" ", "")
     try:
-        values = [kind(v) for v in text.split(",")] if text else []
-    except ValueError:
-        values = None
-    if values is None or any(not low <= v <= high for v in values):
-        raise ConfigError(f"run config '{name}' = '{cfg[name]}': expected {allowed}, "
-                          "comma-separated "
-                          f"(e.g. {name}='{KEYS_BY_NAME[name].default or '10,20'}').")
-    return values
+        return number_list(cfg, name, kind, low, high, allowed,
+                           KEYS_BY_NAME[name].default or "10,20")
+    except DataSettingError as err:
+        raise ConfigError(str(err)) from None
 
 
 def acc_at_rounds(cfg: dict[str, Any]) -> list[int]:
