@@ -19,7 +19,7 @@ from flwr.app import Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
 from feddata.augment import TrainTransform
-from feddata.disk_cache import cache_dir, load_prepared_partition
+from feddata.disk_cache import cache_dir, load_prepared_own_data, load_prepared_partition
 from feddata.padding import pad_to_full_batches
 from feddata.specs import spec_of
 from models import build_model
@@ -113,10 +113,8 @@ def setup(msg: Message, context: Context):
         raise ValueError("the run trains every node on its own data (client-data = 'own') and "
                          "this node's config has no data-path: start the SuperNode with "
                          "--node-config \"data-path='<folder of its data>'\"")
-    if path is not None:  # the node's own folder, whole (no partitioner)
-        from feddata.own_data import prepared_own_data
-
-        data = prepared_own_data(cfg, path)
+    if path is not None:  # the node's own folder, whole (no partitioner), decoded once
+        data = load_prepared_own_data(cfg, path, cache_dir(context.node_config))
     else:
         data = load_prepared_partition(cfg, pid, nparts, cache_dir(context.node_config))
     device = pick_device(cfg["device"])
