@@ -25,6 +25,7 @@ from feddata.specs import spec_of
 from models import build_model
 from models.evaluation import evaluate as evaluate_model
 from models.wire import array_record, state_view
+from run_config import node_data_mismatch
 
 from .client_state_store import store_for
 from .client_step import LocalContext
@@ -53,22 +54,34 @@ def own_data_path(context: Context) -> str | None:
     return str(path) if path else None
 
 
+def _node_value(node, names: tuple[str, str]) -> int | None:
+    """The node config's value of `names` (a key and its older name, read the same way), or
+    None; both given with different values is an error naming both."""
+    given = {name: int(node[name]) for name in names if name in node}
+    if len(set(given.values())) > 1:
+        raise ValueError(f"the node config has {names[0]} = {given[names[0]]} and {names[1]} = "
+                         f"{given[names[1]]}, two names of one setting: give one "
+                         "(docs/deployment.md#client-identity)")
+    return next(iter(given.values()), None)
+
+
 def partition_of(context: Context) -> tuple[int | None, int]:
-    """The node's client id among N: `partition-id` / `num-partitions`, or with its own data
-    `client-id` / `num-clients` (they then name the node, for sampling and per-client state;
-    its data is its folder). A node with its own data and no client-id: (None, 0), the server
-    gives it a slot (docs/deployment.md#client-identity)."""
+    """The node's client id among N: `client-id` / `num-clients` of its node config (the older
+    `partition-id` / `num-partitions` read the same way). Without own data it is also the
+    partition of the dataset it trains on; with own data (`data-path`) it names the node, for
+    sampling and per-client state. A node with its own data and no client id: (None, N or 0),
+    the server gives it a slot (docs/deployment.md#client-identity)."""
     node = context.node_config
+    pid = _node_value(node, ("client-id", "partition-id"))
+    n = _node_value(node, ("num-clients", "num-partitions"))
     if own_data_path(context) is not None:
-        if "client-id" not in node:
-            return None, 0
-        return int(node["client-id"]), int(node.get("num-clients", 0))
-    try:
-        return int(node["partition-id"]), int(node["num-partitions"])
-    except KeyError as err:
-        raise KeyError(f"node config lacks {err}: start the SuperNode with --node-config "
-                       "\"partition-id=<i> num-partitions=<n>\", or with data-path='<folder>' "
-                       "(its own data)") from None
+        return (None, 0) if pid is None else (pid, n or 0)
+    if pid is None or n is None:
+        raise KeyError(f"node config lacks {'client-id' if pid is None else 'num-clients'}: "
+                       "start the SuperNode with --node-config \"client-id=<i> "
+                       "num-clients=<n>\" (deploy/supernode.sh --client-id <i> --num-clients "
+                       "<n>), or with data-path='<folder>' (its own data)")
+    return pid, n
 
 
 def data_partition_of(msg: Message, context: Context) -> tuple[int | None, int]:
@@ -109,10 +122,9 @@ def setup(msg: Message, context: Context):
     cfg = settings(context.run_config).cfg
     pid, nparts = data_partition_of(msg, context)
     path = own_data_path(context)
-    if path is None and cfg["client-data"] == "own":
-        raise ValueError("the run trains every node on its own data (client-data = 'own') and "
-                         "this node's config has no data-path: start the SuperNode with "
-                         "--node-config \"data-path='<folder of its data>'\"")
+    mismatch = node_data_mismatch(path is not None, cfg["client-data"])
+    if mismatch:
+        raise ValueError(mismatch)
     if path is not None:  # the node's own folder, whole (no partitioner), decoded once
         data = load_prepared_own_data(cfg, path, cache_dir(context.node_config))
     else:

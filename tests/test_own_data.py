@@ -167,16 +167,38 @@ def test_own_data_a_node_with_a_bad_folder_fails_named_and_the_run_completes(tmp
     assert f"data-path '{bad}' is empty" in caplog.text
 
 
-def test_own_data_refuses_feddc_which_needs_every_clients_size(tmp_path, caplog):
+def test_own_data_nodes_in_a_run_on_partitions_are_refused_at_their_first_message(
+        tmp_path, caplog):
+    """Nodes with data-path in a run whose client-data is not 'own': the server refuses each
+    when it first asks it (the QUERY), naming both settings; no node trains, the run fails."""
     from feddata.__main__ import demo_folders
 
     folders = demo_folders(str(tmp_path / "data"), 2)
     with pytest.raises(Exception, match="no round of 1-2 aggregated"):
-        # (client-data = 'own' refuses FedDC before the run: the config test below; a node
-        # with its own folder in a run on partitions refuses it itself)
-        run_on_own_data(tmp_path, folders, "feddc", **{"num-server-rounds": 2,
-                                                      "client-data": "partitions"})
-    assert "['feddc'] weigh each client by the sizes of every client's partition" in caplog.text
+        run_on_own_data(tmp_path, folders, "fedacg", **{"num-server-rounds": 2,
+                                                       "client-data": "partitions"})
+    refused = [line for line in caplog.text.splitlines() if "its report was refused" in line]
+    assert len(refused) == 2, caplog.text[-3000:]
+    assert all("node config data-path" in line and "client-data = 'partitions'" in line
+               for line in refused)
+    rounds = [line for line in caplog.text.splitlines() if "/2] test-acc" in line][1:]
+    assert len(rounds) == 2 and all("clients 0/0" in line for line in rounds), rounds
+
+
+def test_own_data_client_refuses_feddc_which_needs_every_clients_size(tmp_path):
+    """A ClientApp with its own folder refuses FedDC itself, before it reads anything (a
+    strategy of one's own may not ask the nodes first)."""
+    from flwr.app import ArrayRecord, ConfigRecord, Message
+
+    from client_app.app import train
+
+    msg = Message(RecordDict({"arrays": ArrayRecord({}), "config": ConfigRecord(
+        {"lr": 0.1, "server-round": 1})}), dst_node_id=1, message_type="train")
+    ctx = Context(run_id=1, node_id=1, node_config={"data-path": str(tmp_path)},
+                  state=RecordDict(), run_config={"method": "feddc"})
+    with pytest.raises(ValueError, match=r"\['feddc'\] weigh each client by the sizes of every "
+                                         "client's partition"):
+        train(msg, ctx)
 
 
 # --- data of one's own kind (dataset 'custom'), the server's test set or none, no client ids ----
