@@ -96,6 +96,27 @@ def test_own_data_check_command(tmp_path):
     assert out.returncode == 1 and "takes 28x28 with 1" in out.stderr
 
 
+@pytest.mark.parametrize("images", [False, True])
+def test_own_data_demo_folders_print_the_run_config_that_reads_them(tmp_path, images):
+    """The printed run config, parsed as `flwr run --run-config` parses it, is the one the
+    folders need: dataset 'custom' with the images' classes, shape and normalization and the
+    server's test folder, or the digits as they are; client-data 'own' either way."""
+    from flwr.common.config import parse_config_args
+
+    from feddata.__main__ import DEMO_CUSTOM
+    from run_config import resolve
+
+    out = subprocess.run([sys.executable, "-m", "feddata", "demo-folders", str(tmp_path / "d"),
+                          "--nodes", "1", *(["--images"] if images else [])], cwd=ROOT,
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out[0] == str(tmp_path / "d" / "node-0") and out[1].startswith("run config: ")
+    config = parse_config_args([out[1].removeprefix("run config: ")])
+    expected = ({**DEMO_CUSTOM, "test-data": str(tmp_path / "d" / "server-test")} if images
+                else {"client-data": "own"})
+    assert config == expected
+    resolve(config)  # a valid run config as it stands
+
+
 def test_own_data_demo_folders_are_disjoint_and_label_skewed(tmp_path):
     from feddata.__main__ import demo_folders
     from feddata.digits import load_digits_dataset
