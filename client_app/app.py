@@ -11,6 +11,7 @@ message; in a simulation actor, data and model are also cached in memory between
 from __future__ import annotations
 
 import functools
+import os
 import sys
 import time
 
@@ -146,7 +147,10 @@ def train(msg: Message, context: Context) -> Message:
                          "client's partition, which a node with its own data (data-path) cannot "
                          "know: choose another method (SCAFFOLD, FedDyn, FedACG, ...) for a "
                          "deployment on own data")
+    started = process_seconds() if deployed_process() else None
+    t_load = time.perf_counter()
     cfg, pid, data, model, device = setup(msg, context)
+    load_seconds = time.perf_counter() - t_load
     if pid is None:
         raise ValueError("this node has its own data and no client-id, and the server named no "
                          "client slot for it: give it --node-config \"client-id=<i>\"")
@@ -179,6 +183,10 @@ def train(msg: Message, context: Context) -> Message:
         metrics = local_update(model, train_x, train_y, local, gen, transform, parts, ctx)
     # local compute only (ends synchronized: .item())
     metrics["train-seconds"] = time.perf_counter() - t
+    # the round's other client costs (docs/deployment.md#deployment-cost)
+    metrics["load-seconds"] = load_seconds
+    if started is not None:
+        metrics["start-seconds"] = started
     metrics["num-examples"] = len(data.train_y)
     arrays = array_record(model.state_dict()) if codec is None else codec.reply_arrays(model)
     content = RecordDict({"arrays": arrays,
@@ -207,6 +215,24 @@ def evaluate(msg: Message, context: Context) -> Message:
     if len(data.val_y):
         metrics.update({"eval-loss": loss, "eval-acc": acc})
     return Message(content=RecordDict({"metrics": MetricRecord(metrics)}), reply_to=msg)
+
+
+def deployed_process() -> bool:
+    """True in a deployed ClientApp: a `flwr-clientapp` process, started for one message."""
+    return sys.argv[0].endswith("flwr-clientapp")
+
+
+def process_seconds() -> float | None:
+    """Seconds from this process's start to now (Linux's /proc; None elsewhere): in a deployed
+    ClientApp, Python's start, the imports and fetching the message."""
+    try:
+        with open("/proc/self/stat") as f:
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        return max(uptime - start_ticks / os.sysconf("SC_CLK_TCK"), 0.0)
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def simulated() -> bool:
