@@ -239,8 +239,9 @@ def folder_listing(folder: Path) -> tuple[str, int]:
                     todo.append((name, Path(entry.path)))
                 else:
                     kind = "file" if stat.S_ISREG(st.st_mode) else f"mode:{st.st_mode:o}"
-                h.update(json.dumps([name, kind, st.st_size, st.st_mtime_ns,
-                                     st.st_ctime_ns]).encode() + b"\n")
+                # five fields, each ended by NUL, which no file name or link target holds
+                h.update(f"{name}\0{kind}\0{st.st_size}\0{st.st_mtime_ns}\0"
+                         f"{st.st_ctime_ns}\0".encode(errors="surrogateescape"))
                 count += 1
     return h.hexdigest(), count
 
@@ -281,13 +282,16 @@ def load_prepared_own_data(cfg: Mapping[str, Any], path: str,
     the cache `folder` while the data folder is unchanged, else decoded and checked
     (`feddata.own_data.prepared_own_data`) and saved. `folder=None`, or a data folder that
     cannot be listed, reads without the cache."""
-    from .own_data import prepared_own_data
+    def read() -> PreparedPartition:
+        from .own_data import prepared_own_data  # (its readers' imports: on a miss only)
+
+        return prepared_own_data(dict(cfg), path)
 
     key = own_data_key(cfg, path) if folder is not None else None
     if key is None:
-        return prepared_own_data(dict(cfg), path)
+        return read()
     target = own_data_file(folder, key)
-    part = _cached(target, key, lambda: prepared_own_data(dict(cfg), path))
+    part = _cached(target, key, read)
     where, listing = target.name.split("-")[1:3]
     for older in folder.glob(f"own-{where}-*.pt"):
         if older.name.split("-")[2] != listing:  # the folder changed: stale for good
