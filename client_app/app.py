@@ -11,6 +11,7 @@ message; in a simulation actor, data and model are also cached in memory between
 from __future__ import annotations
 
 import functools
+import os
 import sys
 import time
 
@@ -19,12 +20,13 @@ from flwr.app import Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
 from feddata.augment import TrainTransform
-from feddata.disk_cache import cache_dir, load_prepared_partition
+from feddata.disk_cache import cache_dir, load_prepared_own_data, load_prepared_partition
 from feddata.padding import pad_to_full_batches
 from feddata.specs import spec_of
 from models import build_model
 from models.evaluation import evaluate as evaluate_model
 from models.wire import array_record, state_view
+from run_config import node_data_mismatch
 
 from .client_state_store import store_for
 from .client_step import LocalContext
@@ -63,22 +65,34 @@ def follow_links(context: Context) -> bool:
     return value
 
 
+def _node_value(node, names: tuple[str, str]) -> int | None:
+    """The node config's value of `names` (a key and its older name, read the same way), or
+    None; both given with different values is an error naming both."""
+    given = {name: int(node[name]) for name in names if name in node}
+    if len(set(given.values())) > 1:
+        raise ValueError(f"the node config has {names[0]} = {given[names[0]]} and {names[1]} = "
+                         f"{given[names[1]]}, two names of one setting: give one "
+                         "(docs/deployment.md#client-identity)")
+    return next(iter(given.values()), None)
+
+
 def partition_of(context: Context) -> tuple[int | None, int]:
-    """The node's client id among N: `partition-id` / `num-partitions`, or with its own data
-    `client-id` / `num-clients` (they then name the node, for sampling and per-client state;
-    its data is its folder). A node with its own data and no client-id: (None, 0), the server
-    gives it a slot (docs/deployment.md#client-identity)."""
+    """The node's client id among N: `client-id` / `num-clients` of its node config (the older
+    `partition-id` / `num-partitions` read the same way). Without own data it is also the
+    partition of the dataset it trains on; with own data (`data-path`) it names the node, for
+    sampling and per-client state. A node with its own data and no client id: (None, N or 0),
+    the server gives it a slot (docs/deployment.md#client-identity)."""
     node = context.node_config
+    pid = _node_value(node, ("client-id", "partition-id"))
+    n = _node_value(node, ("num-clients", "num-partitions"))
     if own_data_path(context) is not None:
-        if "client-id" not in node:
-            return None, 0
-        return int(node["client-id"]), int(node.get("num-clients", 0))
-    try:
-        return int(node["partition-id"]), int(node["num-partitions"])
-    except KeyError as err:
-        raise KeyError(f"node config lacks {err}: start the SuperNode with --node-config "
-                       "\"partition-id=<i> num-partitions=<n>\", or with data-path='<folder>' "
-                       "(its own data)") from None
+        return (None, 0) if pid is None else (pid, n or 0)
+    if pid is None or n is None:
+        raise KeyError(f"node config lacks {'client-id' if pid is None else 'num-clients'}: "
+                       "start the SuperNode with --node-config \"client-id=<i> "
+                       "num-clients=<n>\" (deploy/supernode.sh --client-id <i> --num-clients "
+                       "<n>), or with data-path='<folder>' (its own data)")
+    return pid, n
 
 
 def data_partition_of(msg: Message, context: Context) -> tuple[int | None, int]:
@@ -119,14 +133,12 @@ def setup(msg: Message, context: Context):
     cfg = settings(context.run_config).cfg
     pid, nparts = data_partition_of(msg, context)
     path = own_data_path(context)
-    if path is None and cfg["client-data"] == "own":
-        raise ValueError("the run trains every node on its own data (client-data = 'own') and "
-                         "this node's config has no data-path: start the SuperNode with "
-                         "--node-config \"data-path='<folder of its data>'\"")
-    if path is not None:  # the node's own folder, whole (no partitioner)
-        from feddata.own_data import prepared_own_data
-
-        data = prepared_own_data(cfg, path, follow_links=follow_links(context))
+    mismatch = node_data_mismatch(path is not None, cfg["client-data"])
+    if mismatch:
+        raise ValueError(mismatch)
+    if path is not None:  # the node's own folder, whole (no partitioner), decoded once
+        data = load_prepared_own_data(cfg, path, cache_dir(context.node_config),
+                                      follow_links=follow_links(context))
     else:
         data = load_prepared_partition(cfg, pid, nparts, cache_dir(context.node_config))
     device = pick_device(cfg["device"])
@@ -146,7 +158,10 @@ def train(msg: Message, context: Context) -> Message:
                          "client's partition, which a node with its own data (data-path) cannot "
                          "know: choose another method (SCAFFOLD, FedDyn, FedACG, ...) for a "
                          "deployment on own data")
+    started = process_seconds() if deployed_process() else None
+    t_load = time.perf_counter()
     cfg, pid, data, model, device = setup(msg, context)
+    load_seconds = time.perf_counter() - t_load
     if pid is None:
         raise ValueError("this node has its own data and no client-id, and the server named no "
                          "client slot for it: give it --node-config \"client-id=<i>\"")
@@ -179,6 +194,10 @@ def train(msg: Message, context: Context) -> Message:
         metrics = local_update(model, train_x, train_y, local, gen, transform, parts, ctx)
     # local compute only (ends synchronized: .item())
     metrics["train-seconds"] = time.perf_counter() - t
+    # the round's other client costs (docs/deployment.md#deployment-cost)
+    metrics["load-seconds"] = load_seconds
+    if started is not None:
+        metrics["start-seconds"] = started
     metrics["num-examples"] = len(data.train_y)
     arrays = array_record(model.state_dict()) if codec is None else codec.reply_arrays(model)
     content = RecordDict({"arrays": arrays,
@@ -207,6 +226,24 @@ def evaluate(msg: Message, context: Context) -> Message:
     if len(data.val_y):
         metrics.update({"eval-loss": loss, "eval-acc": acc})
     return Message(content=RecordDict({"metrics": MetricRecord(metrics)}), reply_to=msg)
+
+
+def deployed_process() -> bool:
+    """True in a deployed ClientApp: a `flwr-clientapp` process, started for one message."""
+    return sys.argv[0].endswith("flwr-clientapp")
+
+
+def process_seconds() -> float | None:
+    """Seconds from this process's start to now (Linux's /proc; None elsewhere): in a deployed
+    ClientApp, Python's start, the imports and fetching the message."""
+    try:
+        with open("/proc/self/stat") as f:
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        return max(uptime - start_ticks / os.sysconf("SC_CLK_TCK"), 0.0)
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def simulated() -> bool:

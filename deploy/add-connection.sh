@@ -1,13 +1,20 @@
 #!/bin/sh
 # Add a SuperLink connection for `flwr` (in $FLWR_HOME/config.toml, default ~/.flwr/config.toml).
 #
-#   deploy/add-connection.sh NAME ADDRESS CA_CERT
+#   deploy/add-connection.sh NAME ADDRESS CA_CERT          (three positional arguments)
 #
-# e.g. deploy/add-connection.sh lab 192.168.1.10:9092 ~/fedacg-credentials/ca.crt, then
-# `flwr run . lab --stream`. ADDRESS must match a SAN of the SuperLink's certificate.
+# NAME     the connection's name, for `flwr run . NAME`, `flwr ls NAME`, ...
+# ADDRESS  the SuperLink's own port, which serves the Control API: 127.0.0.1:9093 on the
+#          SuperLink's machine (deploy/superlink.sh), or through `ssh -L 9093:127.0.0.1:9093
+#          <host>`. Not the fleet proxy's port (9092): it answers `flwr` with 403 Forbidden.
+#          It must match a SAN of the SuperLink's certificate (localhost and 127.0.0.1 always do).
+# CA_CERT  the ca.crt that signed the SuperLink's certificate
+#
+# e.g. deploy/add-connection.sh lab 127.0.0.1:9093 ~/fedacg-credentials/ca.crt, then
+# `flwr run . lab --stream`.
 set -eu
 if [ $# -ne 3 ]; then
-    sed -n '2,7p' "$0" >&2
+    awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0" >&2
     exit 2
 fi
 name=$1 address=$2

@@ -2,14 +2,17 @@
 # The SuperNodes' way in: an HTTPS reverse proxy (nginx) that forwards only the Fleet API and
 # the health check to the SuperLink on loopback (runs in the foreground).
 #
-#   deploy/fleet-proxy.sh CREDENTIALS_DIR [LISTEN=0.0.0.0:9092] [SUPERLINK=9093]
+#   deploy/fleet-proxy.sh --credentials DIR [--listen 0.0.0.0:9092] [--superlink 9093]
+#                         [--run-dir DIR]
 #
-# LISTEN             address:port the SuperNodes connect to (open it in the firewall; the
-#                    SuperLink's certificate must name that address: credentials.py tls --san)
-# SUPERLINK          the loopback port of deploy/superlink.sh, or HOST:PORT of a SuperLink that
-#                    only the proxy can reach (the compose demo: superlink:9092; the
-#                    certificate must name HOST)
-# PROXY_RUN_DIR      (env) folder for nginx's config, logs and buffers (default: a new temp folder)
+#   --credentials DIR  the SuperLink's ca.crt, server.pem and server.key (credentials.py tls)
+#   --listen ADDR:PORT where the SuperNodes connect (default 0.0.0.0:9092; open it in the
+#                      firewall; the certificate must name that address: credentials.py tls
+#                      --san); they are started with deploy/supernode.sh --superlink <A>:9092
+#   --superlink PORT   the loopback port of deploy/superlink.sh (default 9093), or HOST:PORT of
+#                      a SuperLink only the proxy can reach (the compose demo: superlink:9093;
+#                      the certificate must name HOST)
+#   --run-dir DIR      folder for nginx's config, logs and buffers (default: a new temp folder)
 #
 # Forwarded: /v1/fleet/... (SuperNodes, still authenticated by their keys at the SuperLink) and
 # /health. Everything else - the Control API (/v1/control/: run submission, `flwr ls`, SuperNode
@@ -17,13 +20,34 @@
 # the SuperLink's own certificate and the upstream connection is verified against ca.crt.
 # Needs nginx (Debian/Ubuntu: apt-get install nginx-light). docs/security.md says why.
 set -euo pipefail
-if [ $# -lt 1 ]; then
-    sed -n '2,19p' "$0" >&2
+usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0" >&2; exit 2; }
+# Settings are options: a variable of an option's name (or the older PROXY_RUN_DIR) in the
+# environment would be ignored, so it is refused.
+for var in CREDENTIALS LISTEN SUPERLINK RUN_DIR PROXY_RUN_DIR; do
+    value=$(printenv "$var" || true)
+    [ -n "$value" ] || continue
+    echo "refusing $var=$value from the environment: this script takes its settings as options" >&2
+    echo "(--$(echo "$var" | tr 'A-Z_' 'a-z-' | sed 's/^proxy-//') ...); unset $var (env -u $var deploy/fleet-proxy.sh ...)" >&2
     exit 2
-fi
-creds=$(cd "$1" && pwd)
-listen=${2:-0.0.0.0:9092}
-upstream=${3:-9093}
+done
+creds="" listen=0.0.0.0:9092 upstream=9093 run=""
+while [ $# -gt 0 ]; do
+    case "$1" in --*=*) set -- "${1%%=*}" "${1#*=}" "${@:2}" ;; esac  # --option=value
+    case "$1" in
+        --credentials) creds=${2:?--credentials needs a folder}; shift 2 ;;
+        --listen) listen=${2:?--listen needs ADDRESS:PORT}; shift 2 ;;
+        --superlink) upstream=${2:?--superlink needs a port or HOST:PORT}; shift 2 ;;
+        --run-dir) run=${2:?--run-dir needs a folder}; shift 2 ;;
+        -h|--help) usage ;;
+        *) echo "unknown argument: $1" >&2; usage ;;
+    esac
+done
+[ -n "$creds" ] || usage
+creds=$(cd "$creds" && pwd)
+case "$listen" in
+    *:*) ;;
+    *) echo "--listen $listen: give ADDRESS:PORT, e.g. 0.0.0.0:9092" >&2; exit 2 ;;
+esac
 case "$upstream" in
     *:*) upstream_host=${upstream%:*} upstream_port=${upstream##*:} ;;
     *) upstream_host=127.0.0.1 upstream_port=$upstream ;;
@@ -36,7 +60,7 @@ for f in ca.crt server.pem server.key; do
 done
 nginx=$(command -v nginx || echo /usr/sbin/nginx)
 [ -x "$nginx" ] || { echo "nginx not found: apt-get install nginx-light" >&2; exit 2; }
-run=${PROXY_RUN_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/fleet-proxy.XXXXXX")}
+run=${run:-$(mktemp -d "${TMPDIR:-/tmp}/fleet-proxy.XXXXXX")}
 mkdir -p "$run"
 user_line=""
 if [ "$(id -u)" = 0 ]; then  # nginx's workers drop root; they need their buffer folders

@@ -1,34 +1,57 @@
 #!/usr/bin/env bash
 # Start the SuperLink with TLS and SuperNode authentication, on loopback (runs in the foreground).
 #
-#   deploy/superlink.sh CREDENTIALS_DIR [HOST=127.0.0.1] [PORT=9093] [extra flower-superlink flags...]
+#   deploy/superlink.sh --credentials DIR [--host 127.0.0.1] [--port 9093] [--database FILE]
+#                       [-- more flower-superlink flags]
 #
-# CREDENTIALS_DIR holds ca.crt, server.pem and server.key from `deploy/credentials.py tls`.
+#   --credentials DIR  ca.crt, server.pem and server.key from `deploy/credentials.py tls`
+#   --host HOST        address to listen on (default 127.0.0.1; a loopback address only, unless
+#                      FEDACG_OPEN_CONTROL_API=1, see below)
+#   --port PORT        its one HTTPS port (default 9093): the operator's `flwr` connection
+#                      (deploy/add-connection.sh NAME 127.0.0.1:9093 ca.crt)
+#   --database FILE    keep registered nodes and runs in FILE across restarts (default: memory)
+#
 # Flower serves the Fleet API (SuperNodes), the Control API (`flwr run/ls/log/stop`, SuperNode
 # registration: no login in the open-source SuperLink) and the Runtime API (the ServerApp) on
-# this one HTTPS port, so it listens on 127.0.0.1 only: the operator uses `flwr` on this machine
-# (or through `ssh -L`), and SuperNodes reach the Fleet API only through deploy/fleet-proxy.sh,
-# which forwards /v1/fleet/ and /health and nothing else (docs/security.md). A HOST that is not
-# a loopback address is refused unless FEDACG_OPEN_CONTROL_API=1 (then anyone who reaches the
-# port can register nodes and submit runs: an admin network only).
-# Only SuperNodes whose public key was registered (deploy/register-supernodes.sh) are let in. The
-# ServerApp runs in a subprocess on this machine, so the app's Python dependencies must be
-# installed here; Flower's per-run `uv sync` of them is turned off. Set
-# SUPERLINK_DATABASE=/path/state.db to keep registered nodes and runs across restarts.
+# this one port, so it listens on loopback only: the operator uses `flwr` on this machine (or
+# through `ssh -L 9093:127.0.0.1:9093`), and SuperNodes reach the Fleet API through
+# deploy/fleet-proxy.sh, which forwards /v1/fleet/ and /health and nothing else
+# (docs/security.md). FEDACG_OPEN_CONTROL_API=1 (environment) lets --host be another address:
+# then anyone who reaches the port can register nodes and submit runs (an admin network only).
+# Only SuperNodes whose public key was registered (deploy/register-supernodes.sh) are let in.
+# The ServerApp runs in a subprocess here, so the app's Python dependencies must be installed on
+# this machine; Flower's per-run `uv sync` of them is turned off.
 set -euo pipefail
-if [ $# -lt 1 ]; then
-    sed -n '2,17p' "$0" >&2
+usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0" >&2; exit 2; }
+# Settings are options: a variable of an option's name (or the older SUPERLINK_DATABASE) in the
+# environment would be ignored, so it is refused.
+for var in CREDENTIALS HOST PORT DATABASE SUPERLINK_DATABASE; do
+    value=$(printenv "$var" || true)
+    [ -n "$value" ] || continue
+    [ "$var" != HOST ] || [ "$value" != "$(hostname)" ] || continue  # tcsh exports HOST
+    echo "refusing $var=$value from the environment: this script takes its settings as options" >&2
+    echo "(--$(echo "$var" | tr 'A-Z_' 'a-z-' | sed 's/^superlink-//') ...); unset $var (env -u $var deploy/superlink.sh ...)" >&2
     exit 2
-fi
-creds=$1
-host=${2:-127.0.0.1}
-port=${3:-9093}
-shift $(( $# < 3 ? $# : 3 ))
+done
+creds="" host=127.0.0.1 port=9093 db=()
+while [ $# -gt 0 ]; do
+    case "$1" in --*=*) set -- "${1%%=*}" "${1#*=}" "${@:2}" ;; esac  # --option=value
+    case "$1" in
+        --credentials) creds=${2:?--credentials needs a folder}; shift 2 ;;
+        --host) host=${2:?--host needs an address}; shift 2 ;;
+        --port) port=${2:?--port needs a port}; shift 2 ;;
+        --database) db=(--database "${2:?--database needs a file}"); shift 2 ;;
+        --) shift; break ;;
+        -h|--help) usage ;;
+        *) echo "unknown argument: $1" >&2; usage ;;
+    esac
+done
+[ -n "$creds" ] || usage
 case "$host" in
     127.*|localhost|::1) ;;
     *)
         if [ "${FEDACG_OPEN_CONTROL_API:-0}" != 1 ]; then
-            echo "refusing HOST $host: the SuperLink's port also serves the Control API, which has no" >&2
+            echo "refusing --host $host: the SuperLink's port also serves the Control API, which has no" >&2
             echo "login. Keep it on 127.0.0.1 and let SuperNodes in through deploy/fleet-proxy.sh," >&2
             echo "or set FEDACG_OPEN_CONTROL_API=1 on an admin-only network (docs/security.md)." >&2
             exit 2
@@ -37,10 +60,6 @@ esac
 for f in ca.crt server.pem server.key; do
     [ -r "$creds/$f" ] || { echo "missing $creds/$f (make it with deploy/credentials.py tls)" >&2; exit 2; }
 done
-db=()
-if [ -n "${SUPERLINK_DATABASE:-}" ]; then
-    db=(--database "$SUPERLINK_DATABASE")
-fi
 exec flower-superlink \
     --ssl-ca-certfile "$creds/ca.crt" --ssl-certfile "$creds/server.pem" --ssl-keyfile "$creds/server.key" \
     --enable-supernode-auth \

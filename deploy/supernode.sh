@@ -1,34 +1,87 @@
 #!/usr/bin/env bash
-# Start one SuperNode that trains on its own data (runs in the foreground).
+# Start one SuperNode (runs in the foreground).
 #
-#   deploy/supernode.sh SUPERLINK_ADDRESS CA_CERT PRIVATE_KEY PARTITION_ID NUM_PARTITIONS [RUNTIME_PORT] [extra flags...]
+#   deploy/supernode.sh --superlink ADDR:PORT --ca CA_CERT --key PRIVATE_KEY
+#                       [--data-path DIR] [--client-id I] [--num-clients N]
+#                       [--cache-dir DIR] [--runtime-port 9094] [--node-config "KEY=VALUE ..."]
+#                       [-- more flower-supernode flags]
 #
-# SUPERLINK_ADDRESS  host:port of the SuperLink, a name or IP in its certificate's SANs
-# CA_CERT            ca.crt (verifies the SuperLink's certificate)
-# PRIVATE_KEY        this node's EC private key; its .pub must be registered with the SuperLink
-# PARTITION_ID / NUM_PARTITIONS   the node's client id among N (0-based); with no data-path,
-#                    also which share of the run's dataset it trains on
-# NODE_CONFIG_EXTRA="data-path='/data/mine'"   the node's own data folder (docs/deployment.md)
-# RUNTIME_PORT       local port of the node's Runtime API, 127.0.0.1 only (default 9094; give
-#                    every SuperNode on one machine its own)
-# NODE_CONFIG_EXTRA  (env) more node config, e.g. "cache-dir='/data/fedacg-cache'"
+#   --superlink ADDR:PORT  the fleet proxy (deploy/fleet-proxy.sh), e.g. 192.168.1.10:9092: a
+#                      name or IP in the SuperLink certificate's SANs
+#   --ca CA_CERT       ca.crt (verifies the SuperLink's certificate)
+#   --key PRIVATE_KEY  this node's EC private key; its .pub must be registered with the SuperLink
+#   --data-path DIR    the node's own data (a run with client-data='own'; docs/deployment.md)
+#   --client-id I, --num-clients N   the node's client id among N (0-based). With --data-path
+#                      both may be left out (the server gives the node a free slot); without
+#                      it they are required and also choose the node's partition of the run's
+#                      dataset (client-data='partitions': demos, rehearsals)
+#   --cache-dir DIR    where the node keeps its prepared data (default ~/.cache/fedacg-gc/
+#                      partitions; 'off' = none)
+#   --runtime-port P   local port of the node's Runtime API, 127.0.0.1 only (default 9094;
+#                      give every SuperNode on one machine its own)
+#   --node-config "..." more node config, KEY=VALUE pairs (not the keys of the options above)
 #
-# Each message starts a fresh ClientApp process; it reads the node's prepared partition from the
-# local cache (see feddata/disk_cache.py). The app's Python dependencies must be installed here.
-# On a small machine running several nodes, export OMP_NUM_THREADS=1 first.
+# Each message starts a fresh ClientApp process; it reads the node's prepared data from the
+# cache (feddata/disk_cache.py). The app's Python dependencies must be installed here. On a small
+# machine running several nodes, export OMP_NUM_THREADS=1 first.
 set -euo pipefail
-if [ $# -lt 5 ]; then
-    sed -n '2,18p' "$0" >&2
+usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0" >&2; exit 2; }
+# Settings are options: a variable of an option's name (or the older NODE_CONFIG_EXTRA) in the
+# environment would be ignored, so it is refused.
+for var in SUPERLINK CA KEY DATA_PATH CLIENT_ID NUM_CLIENTS CACHE_DIR RUNTIME_PORT NODE_CONFIG \
+           NODE_CONFIG_EXTRA; do
+    value=$(printenv "$var" || true)
+    [ -n "$value" ] || continue
+    echo "refusing $var=$value from the environment: this script takes its settings as options" >&2
+    echo "(--$(echo "$var" | tr 'A-Z_' 'a-z-' | sed 's/-extra$//') ...); unset $var (env -u $var deploy/supernode.sh ...)" >&2
     exit 2
-fi
-superlink=$1 ca=$2 key=$3 pid=$4 nparts=$5
-port=${6:-9094}
-shift $(( $# < 6 ? $# : 6 ))
+done
+superlink="" ca="" key="" data="" cid="" n="" cache="" port=9094 extra=""
+while [ $# -gt 0 ]; do
+    case "$1" in --*=*) set -- "${1%%=*}" "${1#*=}" "${@:2}" ;; esac  # --option=value
+    case "$1" in
+        --superlink) superlink=${2:?--superlink needs ADDRESS:PORT}; shift 2 ;;
+        --ca) ca=${2:?--ca needs a file}; shift 2 ;;
+        --key) key=${2:?--key needs a file}; shift 2 ;;
+        --data-path) data=${2:?--data-path needs a folder}; shift 2 ;;
+        --client-id) cid=${2:?--client-id needs a number}; shift 2 ;;
+        --num-clients) n=${2:?--num-clients needs a number}; shift 2 ;;
+        --cache-dir) cache=${2:?--cache-dir needs a folder}; shift 2 ;;
+        --runtime-port) port=${2:?--runtime-port needs a port}; shift 2 ;;
+        --node-config) extra=${2?--node-config needs KEY=VALUE pairs}; shift 2 ;;
+        --) shift; break ;;
+        -h|--help) usage ;;
+        *) echo "unknown argument: $1" >&2; usage ;;
+    esac
+done
+[ -n "$superlink" ] && [ -n "$ca" ] && [ -n "$key" ] || usage
 [ -r "$ca" ] || { echo "cannot read CA certificate $ca" >&2; exit 2; }
 [ -r "$key" ] || { echo "cannot read private key $key" >&2; exit 2; }
+for name in data-path client-id num-clients partition-id num-partitions cache-dir; do
+    case " $extra" in
+        *[[:space:]]$name=*)
+            echo "--node-config sets $name: give it with the options (--data-path, --client-id," >&2
+            echo "--num-clients, --cache-dir), one place for each setting" >&2
+            exit 2 ;;
+    esac
+done
+case "$data$cache" in
+    *\'*) echo "--data-path / --cache-dir: a folder name with ' cannot be passed in the node config" >&2; exit 2 ;;
+esac
+if [ -z "$data" ] && { [ -z "$cid" ] || [ -z "$n" ]; }; then
+    echo "without --data-path the node trains on partition --client-id of --num-clients of the" >&2
+    echo "run's dataset: give both (or --data-path, the node's own data)" >&2
+    exit 2
+fi
+config=""
+[ -z "$cid" ] || config="$config client-id=$cid"
+[ -z "$n" ] || config="$config num-clients=$n"
+[ -z "$data" ] || config="$config data-path='$data'"
+[ -z "$cache" ] || config="$config cache-dir='$cache'"
+[ -z "$extra" ] || config="$config $extra"
 exec flower-supernode \
     --superlink "$superlink" --root-certificates "$ca" \
     --auth-supernode-private-key "$key" \
-    --node-config "partition-id=$pid num-partitions=$nparts${NODE_CONFIG_EXTRA:+ $NODE_CONFIG_EXTRA}" \
+    --node-config "${config# }" \
     --host 127.0.0.1 --port "$port" \
     "$@"

@@ -1,26 +1,44 @@
 """A simulation SuperLink of our own: free loopback ports, its own FLWR_HOME, stopped for sure.
 
-`flwr run` would otherwise submit to (or start, and leave running) the shared local SuperLink on
-127.0.0.1:39091. This one runs `flower-superlink --insecure --simulation` in a new session and
-`stop()` (also after an error or Ctrl-C: use it as a context manager) ends it together with every
-process it started. That takes more than its process group: the SuperLink's SuperExec puts
-itself in a session of its own, and the `flwr-simulation` process and Ray's processes under it
-live on (orphaned) when only the SuperLink dies mid-run. So `stop()` takes the process tree under
-the SuperLink first, then stops the process groups led by processes of that tree.
-Runtime dependency installation is off (FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1).
+`flwr run .` (its `local` connection) otherwise submits to whatever answers on
+127.0.0.1:$FLWR_LOCAL_SUPERLINK_HTTP_API_PORT (default 39091), another user's SuperLink
+included, or starts one there and leaves it running. This one runs `flower-superlink --insecure
+--simulation` in a new session and `stop()` (also after an error or Ctrl-C: use it as a context
+manager) ends it together with every process it started. That takes more than its process
+group: the SuperLink's SuperExec puts itself in a session of its own, and the `flwr-simulation`
+process and Ray's processes under it live on (orphaned) when only the SuperLink dies mid-run. So
+`stop()` takes the process tree under the SuperLink first, then stops the process groups led by
+processes of that tree. Runtime dependency installation is off
+(FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1).
+
+From a shell (README.md#run, docs/deployment.md#a-superlink-of-your-own):
+
+    eval "$(python -m experiments.superlink start)"   # exports FLWR_LOCAL_SUPERLINK_HTTP_API_PORT
+    flwr run . --stream ...                            # runs on it
+    python -m experiments.superlink stop               # stops it: the PID its start recorded
+    python -m experiments.superlink status             # it, and who holds the default port
+
+`start` keeps a PID file (the process and its start time, so a reused PID is never stopped) in
+`--dir` (default $XDG_STATE_HOME/fedacg-gc/superlink, ~/.local/state/...). Who holds a port is
+read from the kernel's socket table (Linux: /proc/net/tcp), so another user's SuperLink on the
+default port is named without sending it anything.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 from fileio.atomic import write_text_atomic
@@ -28,6 +46,8 @@ from fileio.in_place import fresh_log
 from fileio.reading import read_tail
 
 CONNECTION = "sweep"
+PORT_VARIABLE = "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT"  # flwr's `local` connection goes there
+FLOWER_LOCAL_PORT = 39091  # its default: Flower's own local SuperLink, one per machine
 
 
 def free_port() -> int:
@@ -155,3 +175,246 @@ class LocalSuperLink:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+# --- the command line: a SuperLink of one's own for `flwr run .`, and who holds a port --------
+def default_dir() -> Path:
+    """Where `start` keeps its PID file and the SuperLink's FLWR_HOME."""
+    base = os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state"
+    return Path(base) / "fedacg-gc" / "superlink"
+
+
+def process_start(pid: int) -> str | None:
+    """When process `pid` started (Linux: clock ticks since boot, from /proc; elsewhere `ps`'s
+    lstart), None when there is no such process: with the PID it names one process for good."""
+    if Path("/proc/self/stat").exists():
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[19]
+        except (OSError, IndexError):
+            return None
+    out = subprocess.run(["ps", "-p", str(pid), "-o", "lstart="], capture_output=True,
+                         text=True)
+    return out.stdout.strip() or None
+
+
+def read_record(folder: Path) -> dict | None:
+    """The PID file `start` wrote in `folder`, None when there is none (or not one of ours)."""
+    try:
+        with open(folder / "superlink.json", "rb") as f:
+            rec = json.loads(f.read(4096))
+        return rec if {"pid", "start", "port", "home"} <= set(rec) else None
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def recorded_alive(rec: dict) -> bool:
+    """Whether the recorded process still runs: the same PID and the same start."""
+    return process_start(int(rec["pid"])) == rec["start"]
+
+
+@dataclass(frozen=True)
+class PortHolder:
+    """Who listens on a loopback port: the socket's uid and, where this user may see it, the
+    process; None where the system does not say (no /proc/net/tcp: only that it answers)."""
+
+    uid: int | None
+    pid: int | None
+    command: str
+
+    @property
+    def mine(self) -> bool:
+        return self.uid == os.getuid()
+
+
+def listening(port: int, tables: tuple[str, ...] = ("/proc/net/tcp", "/proc/net/tcp6")
+              ) -> list[tuple[int, int]]:
+    """(uid, socket inode) of each socket listening on `port` (any local address), from the
+    kernel's socket tables."""
+    rows = []
+    for table in tables:
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            f = line.split()
+            if len(f) > 9 and f[3] == "0A" and int(f[1].rsplit(":", 1)[1], 16) == port:
+                rows.append((int(f[7]), int(f[9])))
+    return rows
+
+
+def _socket_pid(inode: int) -> int | None:
+    """The process holding socket `inode`, among those whose files this user may list."""
+    target = f"socket:[{inode}]"
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if any(os.readlink(fd) == target for fd in (proc / "fd").iterdir()):
+                return int(proc.name)
+        except OSError:
+            continue
+    return None
+
+
+def _command(pid: int | None) -> str:
+    if pid is None:
+        return ""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+    except OSError:
+        return ""
+
+
+def _answers(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as r:
+            return r.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def port_holder(port: int) -> PortHolder | None:
+    """Who listens on `port`, None when no one does."""
+    if Path("/proc/net/tcp").exists():
+        rows = listening(port)
+        if not rows:
+            return None
+        uid, inode = rows[0]
+        pid = _socket_pid(inode)
+        return PortHolder(uid, pid, _command(pid))
+    return PortHolder(None, None, "") if _answers(port) else None  # (not Linux)
+
+
+def _user(uid: int) -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
+
+
+def describe_port(port: int, holder: PortHolder | None) -> str:
+    """What a plain `flwr run .` would meet on `port`, and what to do."""
+    where = f"127.0.0.1:{port}"
+    if holder is None:
+        return (f"{where}: free (a plain `flwr run .` would start Flower's own local SuperLink "
+                "there and leave it running)")
+    if holder.uid is None:
+        return (f"{where}: something answers there, whose is not known on this system: a plain "
+                "`flwr run .` would submit your app to it. Use a SuperLink of your own "
+                "(eval \"$(python -m experiments.superlink start)\")")
+    if not holder.mine:
+        user = _user(holder.uid)
+        return (f"{where}: held by another user, {user}: a plain `flwr run .` (with "
+                f"{PORT_VARIABLE} unset) would submit your app to it, to run as {user}, and "
+                f"`flwr ls` would show you {user}'s runs. Use a SuperLink of your own "
+                "(eval \"$(python -m experiments.superlink start)\"), and leave theirs alone")
+    what = f"PID {holder.pid}: {holder.command[:120]}" if holder.pid else "PID not known"
+    return (f"{where}: yours ({what}); if it is a SuperLink you no longer use, stop it with "
+            f"python -m experiments.superlink stop --port {port}")
+
+
+def start(folder: Path) -> int:
+    rec = read_record(folder)
+    if rec and recorded_alive(rec):
+        print(f"export {PORT_VARIABLE}={rec['port']}")
+        print(f"your SuperLink already runs on 127.0.0.1:{rec['port']} (PID {rec['pid']})",
+              file=sys.stderr)
+        return 0
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    default = int(os.environ.get(PORT_VARIABLE) or FLOWER_LOCAL_PORT)
+    holder = port_holder(default)
+    if holder is not None and not holder.mine:
+        print("note: " + describe_port(default, holder), file=sys.stderr)
+    home = folder / "home"
+    shutil.rmtree(home, ignore_errors=True)
+    try:
+        link = LocalSuperLink(home=home).start()
+    except RuntimeError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    write_text_atomic(folder / "superlink.json", json.dumps({
+        "pid": link.proc.pid, "start": process_start(link.proc.pid), "port": link.port,
+        "home": str(home)}))
+    print(f"export {PORT_VARIABLE}={link.port}")
+    print(f"your SuperLink: 127.0.0.1:{link.port} (PID {link.proc.pid}, log "
+          f"{home / 'superlink.log'}). `flwr run .` in a shell with {PORT_VARIABLE}="
+          f"{link.port} runs there. While it runs, any user of this machine can submit an app "
+          "to that port, which then runs as you (Flower's Control API has no login): stop it "
+          "when done with: python -m experiments.superlink stop", file=sys.stderr)
+    return 0
+
+
+def stop(folder: Path, port: int | None = None) -> int:
+    """Stop the SuperLink `start` recorded in `folder`; with `port`, the process of this user
+    that listens there, if it is a flower-superlink (one `flwr run .` started)."""
+    if port is not None:
+        holder = port_holder(port)
+        if holder is None:
+            print(f"127.0.0.1:{port}: no one listens there", file=sys.stderr)
+            return 0
+        if not holder.mine or holder.pid is None or "flower-superlink" not in holder.command:
+            print("not stopped: " + describe_port(port, holder), file=sys.stderr)
+            return 1
+        stop_process_tree(holder.pid)
+        print(f"stopped your SuperLink on 127.0.0.1:{port} (PID {holder.pid})", file=sys.stderr)
+        return 0
+    rec = read_record(folder)
+    if rec is None:
+        print(f"no SuperLink started by `python -m experiments.superlink start` (PID file: "
+              f"{folder / 'superlink.json'})", file=sys.stderr)
+        return 0
+    if recorded_alive(rec):
+        stop_process_tree(int(rec["pid"]))
+        print(f"stopped your SuperLink on 127.0.0.1:{rec['port']} (PID {rec['pid']})",
+              file=sys.stderr)
+    else:
+        print(f"your SuperLink (PID {rec['pid']}) had already stopped", file=sys.stderr)
+    (folder / "superlink.json").unlink(missing_ok=True)
+    shutil.rmtree(rec["home"], ignore_errors=True)
+    return 0
+
+
+def status(folder: Path) -> int:
+    rec = read_record(folder)
+    if rec and recorded_alive(rec):
+        print(f"yours: 127.0.0.1:{rec['port']} (PID {rec['pid']}); use it with "
+              f"export {PORT_VARIABLE}={rec['port']}")
+    else:
+        print("yours: none running (python -m experiments.superlink start)")
+    ports = {FLOWER_LOCAL_PORT}
+    if os.environ.get(PORT_VARIABLE, "").isdigit():
+        ports.add(int(os.environ[PORT_VARIABLE]))
+    for port in sorted(ports):
+        if not (rec and int(rec["port"]) == port):
+            print(describe_port(port, port_holder(port)))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m experiments.superlink",
+        description="A simulation SuperLink of your own for `flwr run .` (README.md#run).")
+    ap.add_argument("command", choices=("start", "stop", "status"))
+    ap.add_argument("--dir", type=Path, default=None,
+                    help=f"PID file and FLWR_HOME (default {default_dir()})")
+    ap.add_argument("--port", type=int, default=None,
+                    help="stop: the SuperLink of yours listening on this port instead (one a "
+                         "plain `flwr run .` started, e.g. 39091); another user's is never "
+                         "stopped")
+    args = ap.parse_args(argv)
+    if args.port is not None and args.command != "stop":
+        ap.error("--port goes with stop")
+    folder = (args.dir or default_dir()).expanduser()
+    if args.command == "start":
+        return start(folder)
+    if args.command == "stop":
+        return stop(folder, args.port)
+    return status(folder)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -12,7 +12,8 @@
         custom-shape).
     python -m feddata demo-folders <out> --nodes 3
         make disjoint, label-skewed folders of scikit-learn's digits, one per node
-        (<out>/node-<i>, save_to_disk format), for a demo or a test of a deployment on own data.
+        (<out>/node-<i>, save_to_disk format), for a demo or a test of a deployment on own data;
+        prints the folders and the run config that reads them.
     python -m feddata demo-folders <out> --nodes 3 --images
         the same digits as 8x8 grey PNG images, for dataset = 'custom' (custom-classes=10,
         custom-shape='1,8,8'): node i's folder in the formats image folder, save_to_disk,
@@ -59,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         make = demo_image_folders if args.images else demo_folders
         for folder in make(args.out, args.nodes, args.seed):
             print(folder)
+        print(f"run config: {demo_run_config(args.out, args.images)}")
         return 0
     from .own_data import OwnDataError, own_data_partition
     from .specs import DataSettingError
@@ -129,6 +131,17 @@ DEMO_FORMATS = ("image folder", "save_to_disk", "parquet")
 # run-config keys of the digits as images (demo_image_folders): dataset 'custom'
 DEMO_CUSTOM = {"dataset": "custom", "custom-classes": 10, "custom-shape": "1,8,8",
                "custom-mean": "0.3", "custom-std": "0.38", "client-data": "own"}
+
+
+def demo_run_config(out: str, images: bool) -> str:
+    """The run config that reads the demo folders in `out` (flwr run's --run-config string):
+    the digits as they are, or as images (DEMO_CUSTOM, with the server's test folder)."""
+    from pathlib import Path
+
+    if not images:
+        return "client-data='own'"  # dataset 'digits' (the default): the server's test split
+    keys = {**DEMO_CUSTOM, "test-data": str(Path(out).resolve() / "server-test")}
+    return " ".join(f"{k}='{v}'" if isinstance(v, str) else f"{k}={v}" for k, v in keys.items())
 
 
 def demo_image_folders(out: str, nodes: int, seed: int = 0) -> list:

@@ -21,6 +21,17 @@ changed split or preprocessing never reads a stale file.
 Repair: a file that cannot be read, has another key, or lacks a tensor is rebuilt and replaced;
 `<name>.<pid>.<random>.tmp` files left by a writer that was killed (its process is gone, or the
 file is older than STALE_TMP_SECONDS) are removed when the folder is next written to.
+
+A node's own data (node config `data-path`, docs/deployment.md#own-data) is kept the same way
+(`load_prepared_own_data`): the first process decodes and checks the folder
+(`feddata.own_data.prepared_own_data`) and saves the result as `own-<folder>-<key>.pt`; later
+processes load it while the folder holds the same entries. Its key is what the folder holds,
+listed without opening a file or following a link (`folder_listing`: every entry's relative
+name, kind, size, modification and change times; a link by its own entry and target text,
+never what it points to), the folder's real path, the data settings `OWN_DATA_KEY_NAMES`, the
+library versions and the code hash. A changed folder is read again and its older file removed.
+The file holds a copy of the node's examples: delete the cache folder with the data
+(docs/deployment.md#teardown).
 """
 
 from __future__ import annotations
@@ -29,10 +40,11 @@ import functools
 import hashlib
 import json
 import os
+import stat
 import time
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import torch
 
@@ -49,7 +61,13 @@ CACHE_KEY_NAMES: tuple[str, ...] = (
     "lda-min-size", "lda-self-balancing", "shards-per-client", "test-fraction",
     "test-max-examples", "client-val-fraction", "augment", "augment-padding",
     "augment-rotation", "seed")
-_DATA_LIBRARIES = ("datasets", "flwr-datasets", "numpy")
+# What a node's own data depends on besides its folder (feddata.own_data.prepared_own_data
+# reads these; a test holds it): the label space and input shape, the normalization, the
+# held-out share and the seed of its draw.
+OWN_DATA_KEY_NAMES: tuple[str, ...] = (
+    "dataset", "custom-classes", "custom-shape", "custom-mean", "custom-std",
+    "client-val-fraction", "seed")
+_DATA_LIBRARIES = ("datasets", "flwr-datasets", "numpy", "pillow")
 _FEDDATA = Path(__file__).resolve().parent
 STALE_TMP_SECONDS = 600.0  # a cache write takes seconds; an older .tmp file is a dead write's
 
@@ -113,10 +131,13 @@ def _build(cfg: Mapping[str, Any], partition_id: int, num_partitions: int) -> Pr
 
 
 def _read(path: Path, key: dict[str, Any]) -> PreparedPartition | None:
-    try:
-        blob = torch.load(path, weights_only=True)
-    except FileNotFoundError:
+    try:  # the file itself, never a link put at its name
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:  # missing, or a link: rebuild (the writer replaces the name)
         return None
+    try:
+        with os.fdopen(fd, "rb") as f:
+            blob = torch.load(f, weights_only=True)
     except Exception:  # a truncated or foreign file: rebuild it
         return None
     if not isinstance(blob, dict) or blob.get("key") != json.dumps(key, sort_keys=True):
@@ -193,16 +214,106 @@ def load_prepared_partition(
     if folder is None:
         return _build(cfg, partition_id, num_partitions)
     key = cache_key(cfg, partition_id, num_partitions)
-    path = cache_file(folder, key)
+    return _cached(cache_file(folder, key), key,
+                   lambda: _build(cfg, partition_id, num_partitions))
+
+
+def folder_listing(folder: Path) -> tuple[str, int]:
+    """(sha256 of the listing, entries) of everything under `folder`: each entry's path
+    relative to it, kind, size and modification and change times (ns), from `lstat` only: no
+    file is opened, no link followed (a link is listed with its target text; what it points to
+    is not visited). `folder` itself may be a link to the folder: its real path names it."""
+    h = hashlib.sha256()
+    count = 0
+    todo = [("", folder)]
+    while todo:
+        rel, where = todo.pop()
+        with os.scandir(where) as entries:
+            for entry in sorted(entries, key=lambda e: e.name):
+                st = entry.stat(follow_symlinks=False)
+                name = f"{rel}/{entry.name}" if rel else entry.name
+                if stat.S_ISLNK(st.st_mode):
+                    kind = "link:" + os.readlink(entry.path)
+                elif stat.S_ISDIR(st.st_mode):
+                    kind = "dir"
+                    todo.append((name, Path(entry.path)))
+                else:
+                    kind = "file" if stat.S_ISREG(st.st_mode) else f"mode:{st.st_mode:o}"
+                # five fields, each ended by NUL, which no file name or link target holds
+                h.update(f"{name}\0{kind}\0{st.st_size}\0{st.st_mtime_ns}\0"
+                         f"{st.st_ctime_ns}\0".encode(errors="surrogateescape"))
+                count += 1
+    return h.hexdigest(), count
+
+
+def own_data_key(cfg: Mapping[str, Any], path: str) -> dict[str, Any] | None:
+    """Everything that determines a node's prepared own data, or None where the folder cannot
+    be listed (missing, not a folder, unreadable: the reader then names the problem)."""
+    folder = Path(path).expanduser()
+    try:
+        real = folder.resolve(strict=True)
+        if not real.is_dir():
+            return None
+        listing, entries = folder_listing(real)
+    except (OSError, RuntimeError):  # RuntimeError: a link loop at the folder's own name
+        return None
+    return {
+        "format": FORMAT,
+        "own-data": str(real),
+        "listing": listing,
+        "entries": entries,
+        "config": {k: cfg[k] for k in OWN_DATA_KEY_NAMES},
+        "libraries": dict(_versions()),
+        "code": _code_hash(),
+    }
+
+
+def own_data_file(folder: Path, key: dict[str, Any]) -> Path:
+    """`own-<data folder>-<its listing>-<key>.pt`: the file of a data folder that has changed
+    since (another listing) is found by name and removed."""
+    where = hashlib.sha256(key["own-data"].encode()).hexdigest()[:12]
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
+    return folder / f"own-{where}-{key['listing'][:12]}-{digest}.pt"
+
+
+def load_prepared_own_data(cfg: Mapping[str, Any], path: str, folder: Path | None, *,
+                           follow_links: bool = False) -> PreparedPartition:
+    """The node's own data (`data-path` = `path`) as it trains on it: from memory, else from
+    the cache `folder` while the data folder is unchanged, else decoded and checked
+    (`feddata.own_data.prepared_own_data`) and saved. `folder=None`, a data folder that cannot
+    be listed, or `follow_links` (node config data-follow-links: what a link points to out of
+    the folder is not in the listing, so a change there would go unseen) reads without the
+    cache."""
+    def read() -> PreparedPartition:
+        from .own_data import prepared_own_data  # (its readers' imports: on a miss only)
+
+        return prepared_own_data(dict(cfg), path, follow_links=follow_links)
+
+    key = own_data_key(cfg, path) if folder is not None and not follow_links else None
+    if key is None:
+        return read()
+    target = own_data_file(folder, key)
+    part = _cached(target, key, read)
+    where, listing = target.name.split("-")[1:3]
+    for older in folder.glob(f"own-{where}-*.pt"):
+        if older.name.split("-")[2] != listing:  # the folder changed: stale for good
+            older.unlink(missing_ok=True)
+            _memory.pop(older, None)
+    return part
+
+
+def _cached(path: Path, key: dict[str, Any],
+            build: Callable[[], PreparedPartition]) -> PreparedPartition:
+    """`path`'s tensors when it holds `key`'s, else `build()`'s, saved there."""
     part = _memory.get(path) or _read(path, key)
     if part is None:
-        part = _build(cfg, partition_id, num_partitions)
+        part = build()
         try:
             _write(path, key, part)
         except OSError as err:  # a read-only or full disk only costs speed
             import warnings
 
-            warnings.warn(f"partition cache not written to {path}: {err}", RuntimeWarning)
+            warnings.warn(f"data cache not written to {path}: {err}", RuntimeWarning)
     _memory.pop(path, None)
     _memory[path] = part  # most recent last
     while len(_memory) > _MEMORY_ITEMS:

@@ -153,6 +153,23 @@ def _check_own_data(cfg: dict[str, Any]) -> None:
                               "folder: leave partitioner out.")
 
 
+def node_data_mismatch(has_data_path: bool, client_data: str) -> str | None:
+    """Why a node cannot take part in a run, when its node config's data-path and the run
+    config's client-data disagree (docs/deployment.md#own-data); None when they agree. The
+    server refuses such a node at its first message, the node refuses to train."""
+    if has_data_path and client_data != "own":
+        return (f"the node has its own data (node config data-path) and the run config has "
+                f"client-data = '{client_data}' (every node trains on a partition of the run's "
+                "dataset): run with client-data='own' and the dataset keys of the nodes' data, "
+                "or start the node without data-path")
+    if not has_data_path and client_data == "own":
+        return ("the run config has client-data = 'own' (every node trains on its own folder) "
+                "and the node's config has no data-path: start the SuperNode with its folder "
+                "(deploy/supernode.sh --data-path <folder>, or --node-config "
+                "\"data-path='<folder>'\"), or run with client-data='partitions'")
+    return None
+
+
 def _check_paths(cfg: dict[str, Any]) -> None:
     """out-dir and run-name as far as they can be checked without the disk (the ServerApp
     checks the rest when it makes the folder: a file in the way, no permission)."""

@@ -50,7 +50,8 @@ def strategy_arguments(cfg: dict[str, Any], *, min_available_nodes: int,
                                       cfg["dynamic-pool-factor"], seed=cfg["seed"])
     nodes = Nodes(seed=cfg["seed"], min_available_nodes=min_available_nodes,
                   node_wait_timeout=cfg["node-wait-timeout"], identify_nodes=identify,
-                  population=population, sampling=sampling, num_clients=cfg["num-clients"])
+                  population=population, sampling=sampling, num_clients=cfg["num-clients"],
+                  client_data=cfg["client-data"])
     client_state = None  # which version of its own state each client starts from
     if identify and keeps_client_state(cfg):
         keep = cfg["checkpoint-every"] > 0 if checkpoints is None else checkpoints

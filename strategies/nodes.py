@@ -21,6 +21,7 @@ from flwr.common import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy.strategy_utils import sample_nodes
 
+from run_config import node_data_mismatch
 from server_math.node_reports import screen_node_reports
 from server_math.reply_screen import short_reason
 
@@ -72,9 +73,12 @@ class Nodes:
 
     def __init__(self, *, seed: int = 0, min_available_nodes: int = 2,
                  node_wait_timeout: float = 120.0, identify_nodes: bool = False,
-                 population=None, sampling: str = "seeded", num_clients: int = 0) -> None:
+                 population=None, sampling: str = "seeded", num_clients: int = 0,
+                 client_data: str | None = None) -> None:
         """`num_clients`: N, the federation's client slots (run config num-clients); 0 = the
-        num-partitions the nodes report, else the number of nodes connected when first asked."""
+        num-partitions the nodes report, else the number of nodes connected when first asked.
+        `client_data`: the run config's client-data; a node whose report says otherwise (its
+        own data in a run on partitions, or the reverse) is refused (None: not checked)."""
         if sampling not in ("seeded", "flower"):
             raise ValueError(f"sampling must be 'seeded' or 'flower', got {sampling!r}")
         self.sampling = sampling
@@ -87,6 +91,7 @@ class Nodes:
         self.refused: set[int] = set()  # nodes whose report was invalid: never sampled
         self.num_slots = num_clients  # N: run config num-clients, or what the nodes reported
         self.num_clients = num_clients
+        self.client_data = client_data
         # Nodes with their own data and no client-id: the server gives each a free slot, in the
         # order they are first seen (docs/deployment.md#client-identity), named in its messages
         self.slotted: set[int] = set()
@@ -148,11 +153,12 @@ class Nodes:
             self._bind_virtual(nodes)
             return
         self._connected = nodes
-        new = [n for n in nodes if n not in self._queried]
-        if not new:
+        asked = [n for n in nodes if n not in self._queried]
+        if not asked:
             return
+        new, anonymous = asked, []
         if self.virtual_nodes is None:
-            self.virtual_nodes = self._query(grid, new[:1], construct)
+            self.virtual_nodes, anonymous = self._query(grid, new[:1], construct)
             if self.virtual_nodes:
                 log(INFO, "Simulated nodes: partition p is trained by the p-th node by id "
                     "(%d partitions)", self.num_slots)
@@ -160,57 +166,98 @@ class Nodes:
                 return
             new = new[1:]
         if new:
-            self._query(grid, new, construct)
+            anonymous += self._query(grid, new, construct)[1]
+        if anonymous:  # once every node asked has reported: a client-id claims its slot first
+            self._refuse(self._give_slots(sorted(anonymous), asked))
 
     def _bind_virtual(self, nodes: list[int]) -> None:
         if self._bound != frozenset(nodes):
             self._bound = frozenset(nodes)
             self.partition_of = {node: p for p, node in enumerate(sorted(nodes)[:self.num_slots])}
 
-    def _query(self, grid: Grid, nodes: list[int], construct: Construct) -> bool:
-        """Ask `nodes` for their partition-id; True when the replies say they are simulated."""
+    def _query(self, grid: Grid, nodes: list[int],
+               construct: Construct) -> tuple[bool, list[int]]:
+        """Ask `nodes` for their partition-id: (whether the replies say they are simulated, the
+        nodes with their own data and no client-id, which wait for a slot)."""
         self._queried.update(nodes)  # a node that does not answer is not asked again every round
         content = RecordDict({"config": ConfigRecord({"want": "partition-id"})})
         replies = grid.send_and_receive(construct(content, nodes, MessageType.QUERY),
                                         timeout=self.node_wait_timeout)
-        simulated, reports, anonymous = False, {}, []
+        simulated, reports, anonymous, refused = False, {}, [], {}
         for msg in replies:
             if msg.has_error():
                 log(WARNING, "node %d did not say its partition-id: %s", msg.metadata.src_node_id,
                     short_reason(msg.error.reason))
                 continue
             for rec in msg.content.metric_records.values():
+                node = msg.metadata.src_node_id
+                mismatch = self._client_data_mismatch(rec)
+                if mismatch:
+                    refused[node] = mismatch
+                    continue
                 if rec.get("own-data") == 1 and "partition-id" not in rec:
-                    anonymous.append(msg.metadata.src_node_id)  # no client-id: given a slot
+                    anonymous.append(node)  # no client-id: given a slot
                     continue
                 nparts = rec.get("num-partitions")
                 if rec.get("own-data") == 1 and nparts == 0:  # a client-id, N left to the server
                     nparts = self.num_slots or len(set(self._connected) | set(nodes))
-                reports[msg.metadata.src_node_id] = (rec.get("partition-id"), nparts)
+                reports[node] = (rec.get("partition-id"), nparts)
                 simulated = simulated or rec.get("simulated") == 1
-        accepted, self.num_slots, refused = screen_node_reports(reports, self.num_slots)
-        if self.num_clients and refused:
-            refused = {n: why + f" (run config num-clients = {self.num_clients})"
-                       if why.startswith("num-partitions =") else why
-                       for n, why in refused.items()}
-        self.partition_of.update(accepted)
-        if anonymous:
-            self._give_slots(sorted(anonymous), nodes, refused)
-        for node, why in refused.items():  # node_reports.check_node_report
+        accepted, self.num_slots, screened = screen_node_reports(reports, self.num_slots)
+        if self.num_clients and screened:
+            screened = {n: why + f" (run config num-clients = {self.num_clients})"
+                        if why.startswith("num-partitions =") else why
+                        for n, why in screened.items()}
+        refused.update(screened)
+        claimed = False
+        for node in sorted(accepted):
+            why = self._claim(node, accepted[node])
+            if why:
+                refused[node] = why
+            claimed = claimed or not why
+        self._refuse(refused)
+        return simulated and claimed and self.num_slots > 0, anonymous
+
+    def _client_data_mismatch(self, report) -> str | None:
+        """Why a node's report does not fit the run's client-data (None: it fits, or either is
+        not known): docs/deployment.md#own-data."""
+        if self.client_data is None or "own-data" not in report:
+            return None
+        return node_data_mismatch(report.get("own-data") == 1, self.client_data)
+
+    def _claim(self, node: int, slot: int) -> str | None:
+        """Give `node` the client slot its client id names, unless a connected node holds it
+        (then why not); a slot held by a node that left passes to `node` (a node restarted
+        with a new node id). Two nodes never hold one slot."""
+        holder = next((n for n, p in self.partition_of.items() if p == slot and n != node), None)
+        if holder is not None and holder in self._connected:
+            return (f"client-id {slot} is held by node {holder}, which is connected: give every "
+                    "node its own client-id (or none: the server then gives it a free slot)")
+        if holder is not None:
+            log(INFO, "node %d takes client %d, held by node %d, which left", node, slot, holder)
+            del self.partition_of[holder]
+            self.slotted.discard(holder)
+            self._queried.discard(holder)  # asked again if it comes back
+        self.partition_of[node] = slot
+        return None
+
+    def _refuse(self, refused: dict[int, str]) -> None:
+        for node, why in refused.items():  # node_reports.check_node_report, a clash, client-data
             log(WARNING, "node %d: its report was refused (%s); it is not sampled", node, why)
             self.refused.add(node)
-        return simulated and bool(accepted) and self.num_slots > 0
 
-    def _give_slots(self, anonymous: list[int], asked: list[int], refused: dict) -> None:
-        """Free slots 0..N-1 to the nodes without a client id, by node id. N: num-clients, else
-        what the other nodes report, else the nodes connected now (a node that joins after
-        every slot is taken is refused: the rules' N cannot grow during a run)."""
+    def _give_slots(self, anonymous: list[int], asked: list[int]) -> dict[int, str]:
+        """Free slots 0..N-1 to the nodes without a client id, by node id; returns the nodes
+        refused for want of one. N: num-clients, else what the other nodes report, else the
+        nodes connected now (a node that joins after every slot is taken is refused: the rules'
+        N cannot grow during a run)."""
         if not self.num_slots:
             self.num_slots = len(set(self._connected) | set(asked) | set(self.partition_of))
             log(INFO, "N = %d clients: the nodes connected now (no num-clients in the run "
                 "config); a node that joins later is refused once every slot is taken",
                 self.num_slots)
         free = iter(sorted(set(range(self.num_slots)) - set(self.partition_of.values())))
+        refused = {}
         for node in anonymous:
             slot = next(free, None)
             if slot is None:
@@ -222,6 +269,7 @@ class Nodes:
             self.slotted.add(node)
             log(INFO, "node %d (own data, no client-id) is client %d of %d", node, slot,
                 self.num_slots)
+        return refused
 
     def ordered(self, nodes: list[int]) -> list[int]:
         """Nodes by partition-id where known (stable across runs), then by node id."""

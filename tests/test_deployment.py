@@ -112,12 +112,12 @@ def deployment(tmp_path):
     procs = Processes(tmp_path)
     proxy_dir = tempfile.mkdtemp(prefix="fleet-proxy-")  # nginx's workers must reach it
     try:
-        procs.start("superlink", ["bash", str(DEPLOY / "superlink.sh"), str(creds), "127.0.0.1",
-                                  str(link_port)],
+        procs.start("superlink", ["bash", str(DEPLOY / "superlink.sh"), "--credentials",
+                                  str(creds), "--port", str(link_port)],
                     {**base, "FLWR_HOME": str(tmp_path / "link-home")})
-        procs.start("fleet-proxy", ["bash", str(DEPLOY / "fleet-proxy.sh"), str(creds),
-                                    f"127.0.0.1:{port}", str(link_port)],
-                    {**base, "PROXY_RUN_DIR": proxy_dir})
+        procs.start("fleet-proxy", ["bash", str(DEPLOY / "fleet-proxy.sh"), "--credentials",
+                                    str(creds), "--listen", f"127.0.0.1:{port}",
+                                    f"--superlink={link_port}", "--run-dir", proxy_dir], base)
 
         def healthy():
             for i, name in enumerate(("superlink", "fleet-proxy")):
@@ -145,8 +145,16 @@ def deployment(tmp_path):
 
 
 def test_superlink_script_refuses_to_open_the_control_api(tmp_path):
-    out = run(["bash", str(DEPLOY / "superlink.sh"), str(tmp_path), "0.0.0.0", "9"], os.environ)
-    assert out.returncode == 2 and "refusing HOST 0.0.0.0" in out.stderr, out.stderr
+    out = run(["bash", str(DEPLOY / "superlink.sh"), "--credentials", str(tmp_path), "--host",
+               "0.0.0.0"], os.environ)
+    assert out.returncode == 2 and "refusing --host 0.0.0.0" in out.stderr, out.stderr
+
+
+def supernode(port: int, creds: Path, key: str, *options: str) -> list[str]:
+    """deploy/supernode.sh to the fleet proxy on `port` with the key `key`, on a free port."""
+    return ["bash", str(DEPLOY / "supernode.sh"), "--superlink", f"127.0.0.1:{port}", "--ca",
+            str(creds / "ca.crt"), "--key", str(creds / key), "--runtime-port", str(free_port()),
+            *options]
 
 
 def refused_from_the_nodes_side(creds, port, user) -> list[subprocess.Popen]:
@@ -184,19 +192,16 @@ def test_tls_authenticated_deployment_runs_fedacg(deployment, tmp_path):
 
     cache = tmp_path / "partition-cache"
     node_env = {**user, "FEDACG_CACHE_DIR": str(cache)}
-    intruder = procs.start("intruder", [
-        "bash", str(DEPLOY / "supernode.sh"), f"127.0.0.1:{port}", str(creds / "ca.crt"),
-        str(creds / "intruder"), "0", "2", str(free_port())],
-        {**node_env, "FLWR_HOME": str(tmp_path / "intruder-home")})
-    # node 0 names its cache folder in its node config, node 1 through the environment
-    node_extra = [{"NODE_CONFIG_EXTRA": f"cache-dir='{cache}'",
-                   "FEDACG_CACHE_DIR": str(tmp_path / "unused")},
-                  {}]
+    intruder = procs.start("intruder", supernode(port, creds, "intruder", "--client-id", "0",
+                                                 "--num-clients", "2"),
+                           {**node_env, "FLWR_HOME": str(tmp_path / "intruder-home")})
+    # node 0 names its cache folder (--cache-dir), node 1 takes it from the environment
+    node_extra = [(["--cache-dir", str(cache)], {"FEDACG_CACHE_DIR": str(tmp_path / "unused")}),
+                  ([], {})]
     for i in range(2):
-        procs.start(f"supernode-{i}", [
-            "bash", str(DEPLOY / "supernode.sh"), f"127.0.0.1:{port}", str(creds / "ca.crt"),
-            str(creds / f"supernode-{i}"), str(i), "2", str(free_port())],
-            {**node_env, **node_extra[i], "FLWR_HOME": str(tmp_path / f"node{i}-home")})
+        procs.start(f"supernode-{i}", supernode(port, creds, f"supernode-{i}", "--client-id",
+                                                str(i), "--num-clients", "2", *node_extra[i][0]),
+                    {**node_env, **node_extra[i][1], "FLWR_HOME": str(tmp_path / f"node{i}-home")})
 
     # the unregistered key is refused: the SuperNode exits with Flower's activation error
     intruder.wait(90)
@@ -261,12 +266,10 @@ def test_own_data_deployment_fedacg_and_scaffold_learn(deployment, tmp_path):
     custom = " ".join(f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}"
                       for k, v in DEMO_CUSTOM.items())
     for i, folder in enumerate([*folders, empty]):
-        procs.start(names[i], [
-            "bash", str(DEPLOY / "supernode.sh"), f"127.0.0.1:{port}", str(creds / "ca.crt"),
-            str(creds / names[i]), str(i), "4", str(free_port())],
-            {**user, "NODE_CONFIG_EXTRA": f"data-path='{folder}'",
-             "FEDACG_CACHE_DIR": str(tmp_path / "cache"),
-             "FLWR_HOME": str(tmp_path / f"{names[i]}-home")})
+        procs.start(names[i], supernode(port, creds, names[i], "--data-path", str(folder),
+                                        "--client-id", str(i), "--num-clients", "4"),
+                    {**user, "FEDACG_CACHE_DIR": str(tmp_path / "cache"),
+                     "FLWR_HOME": str(tmp_path / f"{names[i]}-home")})
     wait_until(lambda: list(node_ids(user, conn).values()).count("online") >= 4, 90,
                "the four own-data SuperNodes online")
     runs = tmp_path / "runs"

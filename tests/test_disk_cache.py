@@ -89,3 +89,167 @@ def test_client_app_import_is_light():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                          check=True).stdout.strip()
     assert out == "[]", out
+
+
+# --- a node's own data: decoded and checked once, kept while its folder is unchanged ----------
+def own_cfg(**extra):
+    from feddata.__main__ import DEMO_CUSTOM
+
+    return resolve({**DEMO_CUSTOM, "test-data": "none", "fraction-evaluate": 0.5, **extra})
+
+
+def image_folder(tmp_path) -> Path:
+    from feddata.__main__ import demo_image_folders
+
+    folder = demo_image_folders(str(tmp_path / "data"), 1)[0]  # node 0: an image folder
+    assert (folder / "0").is_dir()
+    return folder
+
+
+def fresh_load(cfg, folder, cache):
+    """load_prepared_own_data as the next message's fresh ClientApp process runs it: with no
+    memory of earlier loads (this module's, and feddata.own_data's, which is keyed by the data
+    folder's own modification time only)."""
+    from feddata import own_data
+
+    disk_cache._memory.clear()
+    own_data._cached.cache_clear()
+    return disk_cache.load_prepared_own_data(cfg, str(folder), cache)
+
+
+def same(a, b) -> bool:
+    return all(torch.equal(getattr(a, k), getattr(b, k))
+               for k in ("train_x", "train_y", "val_x", "val_y")) and a.in_shape == b.in_shape
+
+
+def test_own_data_is_read_once_and_a_fresh_process_opens_no_image(tmp_path):
+    """The first load decodes the folder (as prepared_own_data does); a fresh process (the
+    next round's ClientApp) gets the same tensors with every image reader made to fail."""
+    from feddata.own_data import prepared_own_data
+
+    folder, cache = image_folder(tmp_path), tmp_path / "cache"
+    cfg = own_cfg()
+    disk_cache._memory.clear()
+    first = disk_cache.load_prepared_own_data(cfg, str(folder), cache)
+    assert same(first, prepared_own_data(cfg, str(folder)))
+    assert len(list(cache.glob("own-*.pt"))) == 1
+    code = (
+        "import sys, torch, PIL.Image, feddata.own_data as own\n"
+        "def refuse(*a, **k): raise AssertionError('an image was read')\n"
+        "PIL.Image.open = own.read_own_data = own.prepared_own_data = refuse\n"
+        "from feddata.__main__ import DEMO_CUSTOM\n"
+        "from feddata.disk_cache import load_prepared_own_data\n"
+        "from run_config import resolve\n"
+        "cfg = resolve({**DEMO_CUSTOM, 'test-data': 'none', 'fraction-evaluate': 0.5})\n"
+        f"p = load_prepared_own_data(cfg, {str(folder)!r}, "
+        f"__import__('pathlib').Path({str(cache)!r}))\n"
+        f"torch.save([p.train_x, p.train_y, p.val_x, p.val_y], {str(tmp_path / 'out.pt')!r})\n")
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
+    again = torch.load(tmp_path / "out.pt", weights_only=True)
+    assert all(torch.equal(a, b) for a, b in zip(again, (first.train_x, first.train_y,
+                                                         first.val_x, first.val_y)))
+
+
+def test_own_data_whose_links_may_leave_the_folder_is_never_cached(tmp_path):
+    """data-follow-links: a link's target outside the folder is not in the cache's listing, so
+    such a folder is read in every process (a change out there would otherwise go unseen)."""
+    from feddata import own_data
+
+    folder, cache = image_folder(tmp_path), tmp_path / "cache"
+    cfg = own_cfg()
+    disk_cache._memory.clear()
+    own_data._cached.cache_clear()
+    read = disk_cache.load_prepared_own_data(cfg, str(folder), cache, follow_links=True)
+    assert same(read, own_data.prepared_own_data(cfg, str(folder), follow_links=True))
+    assert not cache.exists() or list(cache.glob("own-*.pt")) == []
+
+
+def test_own_data_a_changed_folder_is_read_again_and_its_older_copy_removed(tmp_path):
+    import os
+    import shutil
+
+    folder, cache = image_folder(tmp_path), tmp_path / "cache"
+    cfg = own_cfg()
+    first = fresh_load(cfg, folder, cache)
+    n = len(first.train_y) + len(first.val_y)
+    images = sorted((folder / "3").iterdir())
+    shutil.copy(images[0], folder / "3" / "extra.png")  # one more image
+    part = fresh_load(cfg, folder, cache)
+    assert len(part.train_y) + len(part.val_y) == n + 1
+    files = list(cache.glob("own-*.pt"))
+    assert len(files) == 1  # the older copy is gone
+    # other pixels in a file of the same name, size and modification time (a copy that kept
+    # the time): read again, as its change time moved
+    by_size: dict[int, list[Path]] = {}
+    for image in images:
+        by_size.setdefault(image.stat().st_size, []).append(image)
+    a, b = next(v for v in by_size.values() if len(v) > 1
+                and v[0].read_bytes() != v[1].read_bytes())[:2]
+    stat = a.stat()
+    a.write_bytes(b.read_bytes())
+    os.utime(a, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    changed = fresh_load(cfg, folder, cache)
+    assert not same(changed, part)
+    assert list(cache.glob("own-*.pt")) != files and len(list(cache.glob("own-*.pt"))) == 1
+
+
+def test_own_data_key_holds_the_settings_the_reader_uses_and_no_others(tmp_path):
+    from feddata.own_data import prepared_own_data
+
+    class Reading(dict):
+        """A config that records the keys read from it."""
+
+        read: set = set()
+
+        def __getitem__(self, key):
+            Reading.read.add(key)
+            return super().__getitem__(key)
+
+        def get(self, key, default=None):
+            Reading.read.add(key)
+            return super().get(key, default)
+
+    folder = image_folder(tmp_path)
+    prepared_own_data(Reading(own_cfg()), str(folder))
+    assert Reading.read and Reading.read <= set(disk_cache.OWN_DATA_KEY_NAMES), Reading.read
+    base = disk_cache.own_data_file(tmp_path, disk_cache.own_data_key(own_cfg(), str(folder)))
+    for key, value in (("seed", 3), ("client-val-fraction", 0.3), ("custom-mean", "0.5")):
+        other = disk_cache.own_data_key(own_cfg(**{key: value}), str(folder))
+        assert disk_cache.own_data_file(tmp_path, other) != base, key
+    # training keys do not: the next run with another lr loads the same file
+    other = disk_cache.own_data_key(own_cfg(lr=0.3, method="gcfed"), str(folder))
+    assert disk_cache.own_data_file(tmp_path, other) == base
+
+
+def test_own_data_key_opens_no_file_and_follows_no_link(tmp_path, monkeypatch):
+    import builtins
+    import os
+
+    folder = tmp_path / "mine"
+    (folder / "0").mkdir(parents=True)
+    (folder / "0" / "a.png").write_bytes(b"x" * 10)
+    outside = tmp_path / "outside"
+    (outside / "1").mkdir(parents=True)
+    (outside / "1" / "b.png").write_bytes(b"y")
+    (folder / "0" / "link.png").symlink_to(outside / "1" / "b.png")
+    (folder / "1").symlink_to(outside / "1")  # a link to a folder outside
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"opened {args[0]}")
+
+    cfg = own_cfg()
+    with monkeypatch.context() as m:
+        m.setattr(builtins, "open", refuse)
+        m.setattr(os, "open", refuse)
+        key = disk_cache.own_data_key(cfg, str(folder))
+    assert key["entries"] == 4  # 0/, 0/a.png, 0/link.png, 1 (the link, not its files)
+    (outside / "1" / "b.png").write_bytes(b"yyyy")  # what the links point to changes
+    (outside / "1" / "c.png").write_bytes(b"z")
+    assert disk_cache.own_data_key(cfg, str(folder)) == key
+    (folder / "0" / "link.png").unlink()  # a link pointed elsewhere is a change
+    (folder / "0" / "link.png").symlink_to(outside / "1" / "c.png")
+    assert disk_cache.own_data_key(cfg, str(folder))["listing"] != key["listing"]
+    # the folder named through a link is the folder itself
+    (tmp_path / "alias").symlink_to(folder)
+    assert disk_cache.own_data_key(cfg, str(tmp_path / "alias"))["own-data"] == str(folder)
+    assert disk_cache.own_data_key(cfg, str(tmp_path / "missing")) is None

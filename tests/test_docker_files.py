@@ -65,10 +65,10 @@ def test_committed_compose_files_are_the_generators_output():
         assert path.read_text() == text, f"{path} is stale: run python docker/make_compose.py"
 
 
-def test_compose_has_one_partition_key_and_port_per_node():
+def test_compose_has_one_client_id_and_port_per_node():
     text = make_compose.compose(3)
     for i in range(3):
-        assert f"--node-config=partition-id={i} num-partitions=3" in text
+        assert f"--node-config=client-id={i} num-clients=3 data-path='/data'" in text
         assert f"/supernode-{i}:/credentials/supernode.key:ro" in text
         assert f"--runtime-api-address=supernode-{i}:${{SUPERNODE_{i}_PORT:-{9094 + i}}}" in text
     assert (text.count("--enable-supernode-auth") == 1
@@ -83,10 +83,12 @@ def test_compose_has_one_partition_key_and_port_per_node():
                     "serverapp": "[control]", "fleet-proxy": "[control, fleet]",
                     **{f"{role}-{i}": "[fleet]" for i in range(3)
                        for role in ("supernode", "clientapp")}}, nets
-    assert text.count("--superlink=fleet-proxy:${FLEET_PORT:-9093}") == 3
-    assert "--superlink=superlink" not in text
+    # one port per role, as deploy/ on bare metal: the fleet proxy 9092, the SuperLink 9093
+    assert text.count("--superlink=fleet-proxy:${FLEET_PORT:-9092}") == 3
+    assert "--superlink=superlink:${SUPERLINK_PORT:-9093}" in text  # the proxy's upstream
+    assert text.count("--superlink=superlink") == 1  # the proxy only, never a node
     # the operator's port (the Control API) is published on loopback only, whatever the settings
-    assert "- 127.0.0.1:${SUPERLINK_PORT:-9092}:" in make_compose.override()
+    assert "- 127.0.0.1:${SUPERLINK_PORT:-9093}:" in make_compose.override()
 
 
 @pytest.mark.skipif(not (shutil.which("docker-compose") or shutil.which("docker")),

@@ -10,6 +10,7 @@ in the same order (here: other node ids, in another order, for the simulated fed
 import sys
 import types
 
+import pytest
 import torch
 
 from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
@@ -94,3 +95,105 @@ def test_the_client_says_whether_it_is_simulated(monkeypatch):
     fake_ray = types.SimpleNamespace(is_initialized=lambda: True)  # inside a Ray actor
     monkeypatch.setitem(sys.modules, "ray", fake_ray)
     assert query(msg, ctx).content["metrics"]["simulated"] == 1
+
+
+# --- client slots: one node per slot; a node's data must fit the run's client-data ----------
+def reporting_grid(reports: list[dict]) -> FakeGrid:
+    """Nodes that answer a query with their report (node i: reports[i]); node 0 has the
+    smallest id, so it is the node asked first, alone."""
+    grid = FakeGrid(len(reports), lambda i, msg: RecordDict({"metrics": MetricRecord(
+        {"simulated": 0, **reports[i]})}))
+    assert min(grid.node_ids) == grid.node_ids[0]
+    return grid
+
+
+def identified(grid: FakeGrid, client_data: str | None = "own", nodes=None):
+    from strategies import Nodes
+
+    nodes = nodes or Nodes(identify_nodes=True, min_available_nodes=1, client_data=client_data)
+    nodes.sample(grid, 1.0, 1, lambda content, ids, kind: [
+        grid.create_message(content, kind, n, "") for n in ids])
+    index = {node: i for i, node in enumerate(grid.node_ids)}
+    return nodes, {index[n]: p for n, p in nodes.partition_of.items()}, \
+        {index[n] for n in nodes.refused}
+
+
+def test_a_client_id_gets_its_slot_though_an_anonymous_node_was_asked_first(caplog):
+    """The issue's case: node 0 (asked first, alone) has no client-id, node 1 says client-id
+    0: node 1 is client 0, the anonymous nodes take the free slots 1 and 2."""
+    caplog.set_level("INFO")
+    grid = reporting_grid([{"own-data": 1}, {"own-data": 1, "partition-id": 0,
+                                             "num-partitions": 3}, {"own-data": 1}])
+    _, slots, refused = identified(grid)
+    assert slots == {1: 0, 0: 1, 2: 2} and not refused
+    assert "is client 0 of" not in caplog.text  # no anonymous node was logged as client 0
+
+
+def test_two_connected_nodes_never_hold_one_client_slot(caplog):
+    grid = reporting_grid([{"own-data": 1, "partition-id": 1, "num-partitions": 2},
+                           {"own-data": 1, "partition-id": 1, "num-partitions": 2}])
+    _, slots, refused = identified(grid)
+    assert slots == {0: 1} and refused == {1}
+    assert f"client-id 1 is held by node {grid.node_ids[0]}, which is connected" in caplog.text
+
+
+def test_a_restarted_node_with_a_new_node_id_takes_its_client_slot_back():
+    grid = reporting_grid([{"own-data": 1, "partition-id": 1, "num-partitions": 2}])
+    nodes, slots, _ = identified(grid)
+    assert slots == {0: 1}
+    gone = grid.node_ids[0]
+    grid.node_ids[0] = gone + 1  # the same node, back with a new node id
+    _, slots, refused = identified(grid, nodes=nodes)
+    assert slots == {0: 1} and not refused and gone not in nodes.partition_of
+
+
+@pytest.mark.parametrize("client_data, report, says", [
+    ("partitions", {"own-data": 1}, "the node has its own data (node config data-path) and "
+                                    "the run config has client-data = 'partitions'"),
+    ("own", {"own-data": 0, "partition-id": 0, "num-partitions": 1},
+     "the run config has client-data = 'own' (every node trains on its own folder) and the "
+     "node's config has no data-path"),
+])
+def test_a_node_whose_data_does_not_fit_client_data_is_refused_when_first_asked(
+        client_data, report, says, caplog):
+    fits = {"own-data": 1} if client_data == "own" else {
+        "own-data": 0, "partition-id": 0, "num-partitions": 1}
+    grid = reporting_grid([report, fits])
+    _, slots, refused = identified(grid, client_data)
+    assert refused == {0} and 0 not in slots, caplog.text
+    assert says in caplog.text
+    assert sorted(n for q in grid.queries for n in q) == sorted(grid.node_ids)  # asked once
+    # unchecked where the run's client-data is not known (a strategy of one's own)
+    _, slots, refused = identified(reporting_grid([report]), None)
+    assert not refused
+
+
+@pytest.mark.parametrize("node_config, expected", [
+    ({"client-id": 2, "num-clients": 4}, (2, 4)),
+    ({"partition-id": 2, "num-partitions": 4}, (2, 4)),  # deploy/supernode.sh's older names
+    ({"client-id": 2, "partition-id": 2, "num-clients": 4}, (2, 4)),  # the same, twice
+    ({}, (None, 0)),  # none: the server gives it a slot
+])
+def test_a_node_with_own_data_reads_its_client_id_by_either_name(node_config, expected):
+    from flwr.app import Context
+
+    from client_app.app import partition_of
+
+    ctx = Context(run_id=1, node_id=1, node_config={"data-path": "/d", **node_config},
+                  state=RecordDict(), run_config={})
+    assert partition_of(ctx) == expected
+    ctx.node_config.pop("data-path")
+    if expected[0] is not None:  # the same id without own data: its partition
+        assert partition_of(ctx) == expected
+
+
+def test_two_different_client_ids_in_one_node_config_are_refused():
+    from flwr.app import Context
+
+    from client_app.app import partition_of
+
+    ctx = Context(run_id=1, node_id=1, node_config={"data-path": "/d", "client-id": 1,
+                                                    "partition-id": 0}, state=RecordDict(),
+                  run_config={})
+    with pytest.raises(ValueError, match="client-id = 1 and partition-id = 0, two names of one"):
+        partition_of(ctx)

@@ -96,6 +96,27 @@ def test_own_data_check_command(tmp_path):
     assert out.returncode == 1 and "takes 28x28 with 1" in out.stderr
 
 
+@pytest.mark.parametrize("images", [False, True])
+def test_own_data_demo_folders_print_the_run_config_that_reads_them(tmp_path, images):
+    """The printed run config, parsed as `flwr run --run-config` parses it, is the one the
+    folders need: dataset 'custom' with the images' classes, shape and normalization and the
+    server's test folder, or the digits as they are; client-data 'own' either way."""
+    from flwr.common.config import parse_config_args
+
+    from feddata.__main__ import DEMO_CUSTOM
+    from run_config import resolve
+
+    out = subprocess.run([sys.executable, "-m", "feddata", "demo-folders", str(tmp_path / "d"),
+                          "--nodes", "1", *(["--images"] if images else [])], cwd=ROOT,
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out[0] == str(tmp_path / "d" / "node-0") and out[1].startswith("run config: ")
+    config = parse_config_args([out[1].removeprefix("run config: ")])
+    expected = ({**DEMO_CUSTOM, "test-data": str(tmp_path / "d" / "server-test")} if images
+                else {"client-data": "own"})
+    assert config == expected
+    resolve(config)  # a valid run config as it stands
+
+
 def test_own_data_demo_folders_are_disjoint_and_label_skewed(tmp_path):
     from feddata.__main__ import demo_folders
     from feddata.digits import load_digits_dataset
@@ -167,16 +188,38 @@ def test_own_data_a_node_with_a_bad_folder_fails_named_and_the_run_completes(tmp
     assert f"data-path '{bad}' is empty" in caplog.text
 
 
-def test_own_data_refuses_feddc_which_needs_every_clients_size(tmp_path, caplog):
+def test_own_data_nodes_in_a_run_on_partitions_are_refused_at_their_first_message(
+        tmp_path, caplog):
+    """Nodes with data-path in a run whose client-data is not 'own': the server refuses each
+    when it first asks it (the QUERY), naming both settings; no node trains, the run fails."""
     from feddata.__main__ import demo_folders
 
     folders = demo_folders(str(tmp_path / "data"), 2)
     with pytest.raises(Exception, match="no round of 1-2 aggregated"):
-        # (client-data = 'own' refuses FedDC before the run: the config test below; a node
-        # with its own folder in a run on partitions refuses it itself)
-        run_on_own_data(tmp_path, folders, "feddc", **{"num-server-rounds": 2,
-                                                      "client-data": "partitions"})
-    assert "['feddc'] weigh each client by the sizes of every client's partition" in caplog.text
+        run_on_own_data(tmp_path, folders, "fedacg", **{"num-server-rounds": 2,
+                                                       "client-data": "partitions"})
+    refused = [line for line in caplog.text.splitlines() if "its report was refused" in line]
+    assert len(refused) == 2, caplog.text[-3000:]
+    assert all("node config data-path" in line and "client-data = 'partitions'" in line
+               for line in refused)
+    rounds = [line for line in caplog.text.splitlines() if "/2] test-acc" in line][1:]
+    assert len(rounds) == 2 and all("clients 0/0" in line for line in rounds), rounds
+
+
+def test_own_data_client_refuses_feddc_which_needs_every_clients_size(tmp_path):
+    """A ClientApp with its own folder refuses FedDC itself, before it reads anything (a
+    strategy of one's own may not ask the nodes first)."""
+    from flwr.app import ArrayRecord, ConfigRecord, Message
+
+    from client_app.app import train
+
+    msg = Message(RecordDict({"arrays": ArrayRecord({}), "config": ConfigRecord(
+        {"lr": 0.1, "server-round": 1})}), dst_node_id=1, message_type="train")
+    ctx = Context(run_id=1, node_id=1, node_config={"data-path": str(tmp_path)},
+                  state=RecordDict(), run_config={"method": "feddc"})
+    with pytest.raises(ValueError, match=r"\['feddc'\] weigh each client by the sizes of every "
+                                         "client's partition"):
+        train(msg, ctx)
 
 
 # --- data of one's own kind (dataset 'custom'), the server's test set or none, no client ids ----

@@ -1,0 +1,163 @@
+"""A secured deployment on this machine, from deploy/'s scripts: the SuperLink (TLS, SuperNode
+authentication) and the fleet proxy on free loopback ports, SuperNodes that reach it through
+the proxy, a `flwr` connection of its own. For measurements (benchmarks.deploy_rounds) and the
+tests that follow docs/deployment.md; what the scripts do: docs/deployment.md.
+
+Every process starts in a session of its own and `Background.stop()` (also after an error)
+ends each one's whole process tree, SuperExecs and ClientApps included (`stop_process_tree`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from .superlink import free_port, stop_process_tree
+
+ROOT = Path(__file__).resolve().parents[1]
+DEPLOY = ROOT / "deploy"
+
+
+class Background:
+    """Long-running commands in new sessions, each logging to `<folder>/<name>.log`."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.procs: dict[str, subprocess.Popen] = {}
+
+    def start(self, name: str, cmd: list[str], env: dict, cwd: Path | None = None
+              ) -> subprocess.Popen:
+        with open(self.folder / f"{name}.log", "w") as log:
+            proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                    cwd=cwd or self.folder, start_new_session=True)
+        self.procs[name] = proc
+        return proc
+
+    def log(self, name: str) -> str:
+        return (self.folder / f"{name}.log").read_text(errors="replace")
+
+    def check(self) -> None:
+        """Raise, with its log, if a command has ended."""
+        for name, proc in self.procs.items():
+            if proc.poll() is not None:
+                raise RuntimeError(f"{name} exited ({proc.returncode}):\n{self.log(name)[-3000:]}")
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        """End every command's process tree, newest first (`sig` first, then SIGKILL)."""
+        for proc in reversed(list(self.procs.values())):
+            if proc.poll() is None:
+                if sig != signal.SIGTERM:
+                    try:
+                        os.killpg(proc.pid, sig)
+                        proc.wait(15)
+                    except (ProcessLookupError, subprocess.TimeoutExpired):
+                        pass
+                stop_process_tree(proc.pid, child=proc)
+            proc.wait()
+        self.procs.clear()
+
+
+def wait_until(check, timeout: float, what: str, background: Background | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if background is not None:
+            background.check()
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.5)
+
+
+def healthy(port: int, ca: Path) -> bool:
+    """Whether https://127.0.0.1:`port`/health answers (TLS verified against `ca`)."""
+    import ssl
+
+    context = ssl.create_default_context(cafile=str(ca))  # (it names 127.0.0.1)
+    try:
+        with urllib.request.urlopen(f"https://127.0.0.1:{port}/health", timeout=2,
+                                    context=context) as r:
+            return r.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+class LocalDeployment:
+    """deploy/'s SuperLink, fleet proxy and one SuperNode per entry of `nodes` (each entry: that
+    node's further deploy/supernode.sh options, e.g. ["--client-id", "0", "--num-clients",
+    "2"]), in `folder`; `flwr(...)` runs the operator's `flwr` on connection `CONNECTION`."""
+
+    CONNECTION = "local-deployment"
+
+    def __init__(self, folder: Path, nodes: list[list[str]], env: dict | None = None):
+        self.folder = folder
+        self.nodes = nodes
+        self.creds = folder / "credentials"
+        self.env = {**(env or os.environ), "OMP_NUM_THREADS": os.environ.get(
+            "OMP_NUM_THREADS", "1"), "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1"}
+        self.user = {**self.env, "FLWR_HOME": str(folder / "operator")}
+        self.background = Background(folder)
+        self.link_port = self.proxy_port = 0
+
+    def _run(self, cmd: list[str], env: dict, timeout: float = 180) -> str:
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout,
+                             cwd=ROOT)
+        if out.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stdout[-2000:]}{out.stderr[-2000:]}")
+        return out.stdout
+
+    def flwr(self, *args: str, timeout: float = 1800) -> str:
+        return self._run(["flwr", *args], self.user, timeout)
+
+    def online(self) -> int:
+        out = self.flwr("supernode", "list", self.CONNECTION, "--format", "json", timeout=60)
+        return sum(n["status"] == "online" for n in json.loads(out)["nodes"])
+
+    def start(self) -> "LocalDeployment":
+        self.folder.mkdir(parents=True, exist_ok=True)
+        py = sys.executable
+        names = [f"supernode-{i}" for i in range(len(self.nodes))]
+        self._run([py, str(DEPLOY / "credentials.py"), "tls", "--out", str(self.creds)], self.env)
+        self._run([py, str(DEPLOY / "credentials.py"), "node-key", "--out", str(self.creds),
+                   *names], self.env)
+        self.link_port, self.proxy_port = free_port(), free_port()
+        bg = self.background
+        try:
+            bg.start("superlink", ["bash", str(DEPLOY / "superlink.sh"), "--credentials",
+                                   str(self.creds), "--port", str(self.link_port)],
+                     {**self.env, "FLWR_HOME": str(self.folder / "superlink-home")})
+            bg.start("fleet-proxy", ["bash", str(DEPLOY / "fleet-proxy.sh"), "--credentials",
+                                     str(self.creds), "--listen", f"127.0.0.1:{self.proxy_port}",
+                                     "--superlink", str(self.link_port), "--run-dir",
+                                     str(self.folder / "proxy")], self.env)
+            wait_until(lambda: healthy(self.proxy_port, self.creds / "ca.crt"), 120,
+                       "the SuperLink behind the fleet proxy", bg)
+            self._run(["sh", str(DEPLOY / "add-connection.sh"), self.CONNECTION,
+                       f"127.0.0.1:{self.link_port}", str(self.creds / "ca.crt")], self.user)
+            self._run(["sh", str(DEPLOY / "register-supernodes.sh"), self.CONNECTION,
+                       *[str(self.creds / f"{n}.pub") for n in names]], self.user)
+            for name, options in zip(names, self.nodes):
+                bg.start(name, ["bash", str(DEPLOY / "supernode.sh"), "--superlink",
+                                f"127.0.0.1:{self.proxy_port}", "--ca", str(self.creds / "ca.crt"),
+                                "--key", str(self.creds / name), "--runtime-port",
+                                str(free_port()), *options],
+                         {**self.env, "FLWR_HOME": str(self.folder / f"{name}-home")})
+            wait_until(lambda: self.online() == len(names), 180, "every SuperNode online", bg)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        self.background.stop()
+
+    def __enter__(self) -> "LocalDeployment":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -1,0 +1,105 @@
+"""`python -m experiments.superlink`: a SuperLink of one's own for `flwr run .`, started and
+stopped by its PID file, never another user's (README.md#run).
+
+Another user's SuperLink on the port a plain `flwr run .` uses is a stand-in (tests/other_user.py,
+as the user nobody where the tests run as root); the port is a free one, named to Flower by
+FLWR_LOCAL_SUPERLINK_HTTP_API_PORT, as the tests use no fixed port.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from experiments.superlink import (PortHolder, describe_port, free_port, listening, port_holder,
+                                   process_start)
+from other_user import other_users_superlink
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def cli(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "experiments.superlink", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=180,
+                          env={**os.environ, **(env or {})})
+
+
+def test_the_socket_table_is_read_as_the_kernel_writes_it(tmp_path):
+    """Lines of /proc/net/tcp (Documentation/networking/proc_net_tcp.rst): local address
+    hex:port, state 0A = listening, the uid (8th column) and inode (10th)."""
+    head = ("  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  "
+            "timeout inode\n")
+    rows = [  # 127.0.0.1:39091 listening (uid 1001), the same port connected, 0.0.0.0:8080
+        "   0: 0100007F:98B3 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1001 "
+        "       0 4242 1 0000000000000000 100 0 0 10 0",
+        "   1: 0100007F:98B3 0100007F:D431 01 00000000:00000000 00:00000000 00000000  1002 "
+        "       0 4343 1 0000000000000000 20 4 30 10 -1",
+        "   2: 00000000:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0 "
+        "       0 4444 1 0000000000000000 100 0 0 10 0"]
+    table = tmp_path / "tcp"
+    table.write_text(head + "\n".join(rows) + "\n")
+    assert 0x98B3 == 39091 and 0x1F90 == 8080
+    assert listening(39091, (str(table),)) == [(1001, 4242)]
+    assert listening(8080, (str(table), str(tmp_path / "missing"))) == [(0, 4444)]
+    assert listening(9, (str(table),)) == []
+
+
+def test_another_users_port_is_described_with_what_to_do():
+    other = describe_port(39091, PortHolder(os.getuid() + 1, None, ""))
+    assert "held by another user" in other and "experiments.superlink start" in other
+    assert "stop --port" not in other  # theirs is never to be stopped
+    mine = describe_port(39091, PortHolder(os.getuid(), 7, "flower-superlink --port 39091"))
+    assert "yours (PID 7" in mine and "stop --port 39091" in mine
+
+
+@pytest.mark.slow
+def test_start_and_stop_touch_only_the_users_own_superlink(tmp_path):
+    """With another user's SuperLink on the port `flwr run .` uses, `start` names it, starts
+    one of the user's own on another port and exports that port; `stop` ends exactly that one
+    (its process tree) and removes the PID file; the other one got no request and runs on."""
+    default = free_port()
+    folder = tmp_path / "state"
+    with other_users_superlink(default) as (theirs, requests, uid):
+        env = {"FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(default)}
+        try:
+            out = cli("start", "--dir", str(folder), env=env)
+            assert out.returncode == 0, out.stderr
+            rec = json.loads((folder / "superlink.json").read_text())
+            assert out.stdout == f"export FLWR_LOCAL_SUPERLINK_HTTP_API_PORT={rec['port']}\n"
+            assert rec["port"] != default
+            holder = port_holder(rec["port"])
+            assert holder.pid == rec["pid"] and "flower-superlink" in holder.command
+            if uid != os.getuid():
+                assert "held by another user" in out.stderr, out.stderr
+            again = cli("start", "--dir", str(folder), env=env)  # one SuperLink, not two
+            assert again.stdout == out.stdout
+            status = cli("status", "--dir", str(folder), env=env).stdout
+            assert f"yours: 127.0.0.1:{rec['port']}" in status
+            assert f"127.0.0.1:{default}: " in status
+            # `stop --port` never stops what is not this user's SuperLink
+            refused = cli("stop", "--dir", str(folder), "--port", str(default))
+            assert refused.returncode == 1 and "not stopped" in refused.stderr
+        finally:
+            stopped = cli("stop", "--dir", str(folder))
+        assert stopped.returncode == 0 and "stopped your SuperLink" in stopped.stderr
+        assert process_start(rec["pid"]) is None and port_holder(rec["port"]) is None
+        assert not (folder / "superlink.json").exists()
+        assert theirs.poll() is None
+        assert requests.read_text() == ""  # not even asked for its health
+
+
+def test_a_pid_file_naming_a_reused_pid_stops_nothing(tmp_path):
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        (tmp_path / "superlink.json").write_text(json.dumps(
+            {"pid": sleeper.pid, "start": "not its start", "port": 1, "home": str(tmp_path / "h")}))
+        out = cli("stop", "--dir", str(tmp_path))
+        assert out.returncode == 0 and "had already stopped" in out.stderr
+        assert sleeper.poll() is None and not (tmp_path / "superlink.json").exists()
+    finally:
+        sleeper.send_signal(signal.SIGKILL)
+        sleeper.wait()
