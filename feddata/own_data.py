@@ -27,7 +27,6 @@ without an image suffix) is listed in `OwnData.skipped`, one line per reason.
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import re
@@ -448,21 +447,14 @@ def _chars(texts: list, labels: list, spec: DatasetSpec, file: Path):
 
 
 # --- as the ClientApp uses it ---------------------------------------------------------------
-@functools.lru_cache(maxsize=4)
-def _cached(path: str, spec: DatasetSpec, dataset: str, mtime: float,
-            follow_links: bool) -> OwnData:
-    data = read_own_data(path, spec, dataset, follow_links=follow_links)
-    for line in data.skipped:  # once per folder and process (this is cached)
-        logging.getLogger("flwr").warning("data-path %s: %s", path, line)
-    return data
-
-
 def load_own_data(path: str, spec: DatasetSpec, dataset: str, *,
                   follow_links: bool = False) -> OwnData:
-    """`read_own_data`, kept in memory while the folder is unchanged."""
-    folder = Path(path).expanduser()
-    mtime = folder.stat().st_mtime if folder.exists() else 0.0
-    return _cached(str(folder), spec, dataset, mtime, follow_links)
+    """`read_own_data`, each file it skipped logged. Read each time: the node keeps what it
+    trains on in its cache (`disk_cache.load_prepared_own_data`, keyed by the whole listing)."""
+    data = read_own_data(path, spec, dataset, follow_links=follow_links)
+    for line in data.skipped:
+        logging.getLogger("flwr").warning("data-path %s: %s", path, line)
+    return data
 
 
 def split_held_out(data: OwnData, spec: DatasetSpec, val_fraction: float, seed: int):

@@ -108,12 +108,8 @@ def image_folder(tmp_path) -> Path:
 
 def fresh_load(cfg, folder, cache):
     """load_prepared_own_data as the next message's fresh ClientApp process runs it: with no
-    memory of earlier loads (this module's, and feddata.own_data's, which is keyed by the data
-    folder's own modification time only)."""
-    from feddata import own_data
-
+    memory of earlier loads."""
     disk_cache._memory.clear()
-    own_data._cached.cache_clear()
     return disk_cache.load_prepared_own_data(cfg, str(folder), cache)
 
 
@@ -158,7 +154,6 @@ def test_own_data_whose_links_may_leave_the_folder_is_never_cached(tmp_path):
     folder, cache = image_folder(tmp_path), tmp_path / "cache"
     cfg = own_cfg()
     disk_cache._memory.clear()
-    own_data._cached.cache_clear()
     read = disk_cache.load_prepared_own_data(cfg, str(folder), cache, follow_links=True)
     assert same(read, own_data.prepared_own_data(cfg, str(folder), follow_links=True))
     assert not cache.exists() or list(cache.glob("own-*.pt")) == []

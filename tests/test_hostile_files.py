@@ -209,11 +209,9 @@ def node(folder: Path, keys: dict, follow_links: bool = False):
     """The ClientApp's own setup of a train message on a node whose data-path is `folder`: its
     PreparedPartition, or the exception it raises."""
     from client_app.app import setup
-    from feddata.own_data import _cached
     from feddata.specs import spec_of
     from models import build_model
 
-    _cached.cache_clear()  # (the node reads the folder itself, not the check's copy)
     rc = {**keys, "client-data": "own", "test-data": str(folder), "model": "mlp",
           "fraction-evaluate": 0.0}
     ctx = Context(run_id=1, node_id=1, state=RecordDict(), run_config=rc,
