@@ -7,13 +7,12 @@ split, the image decoding and the conversion to tensors once per process, not on
 Training inputs are kept as stored (uint8 images: a quarter of the memory of floats) and are
 augmented and normalized per mini-batch on the training device (`augment.TrainTransform`);
 evaluation inputs (a client's held-out part, the server's test set) are normalized once here.
-`datasets` and `flwr_datasets` are imported only when data is loaded.
+`datasets` is imported only when data is loaded.
 """
 
 from __future__ import annotations
 
 import functools
-import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,10 +55,10 @@ def _digits_train_test(test_fraction: float, seed: int):
 
 
 class _Source:
-    """One process's view of the configured data: the train partitioner and the test split."""
+    """One process's view of the configured data: the train partitioner and the test split,
+    loaded on first use."""
 
     def __init__(self, key: tuple, num_partitions: int):
-        _quiet_datasets()
         from .partitioners import build_partitioner
 
         self.cfg = cfg = dict(zip(DATA_KEYS, key))
@@ -71,26 +70,32 @@ class _Source:
             natural_id=spec.natural_id, shards_per_client=cfg["shards-per-client"],
             seed=cfg["seed"],
         )
-        if cfg["dataset"] == "digits" and not cfg["dataset-path"]:
-            self.train, self._test = _digits_train_test(cfg["test-fraction"], cfg["seed"])
-            self.partitioner.dataset = self.train
-            self.fds = None
-        else:  # the hub, or a local copy
-            from .sources import federated_dataset
+        self._splits: tuple | None = None  # (train, test)
 
-            self.fds = federated_dataset(spec, cfg["dataset-path"], self.partitioner,
-                                         test_fraction=cfg["test-fraction"], seed=cfg["seed"])
+    def _load(self) -> tuple:
+        if self._splits is None:
+            _quiet_datasets()
+            cfg = self.cfg
+            if cfg["dataset"] == "digits" and not cfg["dataset-path"]:
+                splits = _digits_train_test(cfg["test-fraction"], cfg["seed"])
+            else:  # the hub, or a local copy
+                splits = self._from_hub_or_copy()
+            self.partitioner.dataset = splits[0]
+            self._splits = splits
+        return self._splits
 
-    def _loaded(self, call):
-        """Run `call` (the first one loads the data) and explain hub failures."""
+    def _from_hub_or_copy(self) -> tuple:
+        """(train, test) of the hub or the local copy; hub failures explained."""
+        from .sources import DataSourceError, load_train_test
+
+        cfg = self.cfg
+        name = cfg["dataset"]
         try:
-            return call()
+            return load_train_test(DATASET_BY_NAME[name], cfg["dataset-path"],
+                                   test_fraction=cfg["test-fraction"], seed=cfg["seed"])
         except (ConnectionError, FileNotFoundError) as err:
-            from .sources import DataSourceError
-
-            if self.cfg["dataset-path"]:
+            if cfg["dataset-path"]:
                 raise
-            name = self.cfg["dataset"]
             raise DataSourceError(
                 f"could not load {name} ('{DATASET_BY_NAME[name].hub}') from the Hugging Face "
                 f"hub: {err}. "
@@ -99,16 +104,14 @@ class _Source:
             ) from err
 
     def load_partition(self, partition_id: int):
-        if self.fds is None:
-            return self.partitioner.load_partition(partition_id)
-        return self._loaded(lambda: self.fds.load_partition(partition_id, "train"))
+        self._load()
+        return self.partitioner.load_partition(partition_id)
 
     def test(self):
-        return self._test if self.fds is None else self._loaded(lambda: self.fds.load_split("test"))
+        return self._load()[1]
 
     def train_split(self):
-        return (self.train if self.fds is None
-                else self._loaded(lambda: self.fds.load_split("train")))
+        return self._load()[0]
 
 
 @functools.lru_cache(maxsize=4)
@@ -139,9 +142,7 @@ def load_partition(cfg: dict[str, Any], partition_id: int, num_partitions: int):
     if cfg["partitioner"] == "shards":
         check_shards(cfg, num_partitions, len(source.train_split()))
     try:
-        with warnings.catch_warnings():  # flwr-datasets warns at every LDA re-draw
-            warnings.filterwarnings("ignore", message=".*min_partition_size", category=UserWarning)
-            return source.load_partition(partition_id)
+        return source.load_partition(partition_id)
     except ValueError as err:
         if cfg["partitioner"] == "lda":
             raise ValueError(

@@ -77,8 +77,7 @@ def load_source(name: str, source: str | None = None, idx: str | None = None):
     if source:
         from .sources import local_copy_kwargs
 
-        kwargs = local_copy_kwargs(source)
-        return datasets.load_dataset(kwargs.pop("dataset"), **kwargs)
+        return datasets.load_dataset(**local_copy_kwargs(source))
     if not spec.hub:
         raise SystemExit(f"{name} has no hub copy: give --from-idx (EMNIST) or --from")
     return datasets.load_dataset(spec.hub, spec.subset)

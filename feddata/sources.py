@@ -1,10 +1,10 @@
-"""Where the examples come from: the Hugging Face hub or a local copy, through flwr-datasets.
+"""Where the examples come from: the Hugging Face hub or a local copy, read with `datasets`.
 
-`federated_dataset(...)` returns a `flwr_datasets.FederatedDataset` with exactly two splits,
-`train` (partitioned) and `test` (the server's held-out set), for
+`load_train_test(...)` gives the two splits a run uses, `train` (partitioned) and `test` (the
+server's held-out set), of
 
-* a hub dataset (`dataset-path` empty): `FederatedDataset(dataset=<hub id>, subset=...)`;
-* a local copy (`dataset-path`): the same class and the same preprocessing, loading
+* a hub dataset (`dataset-path` empty): `datasets.load_dataset(<hub id>, <subset>)`;
+* a local copy (`dataset-path`), with the same preprocessing, loading
   - a `save_to_disk` folder (`dataset_dict.json` + one folder of `.arrow` files per split,
     or a single saved split) through the `arrow` builder, or
   - any other folder the way `datasets.load_dataset(folder)` reads it: the hub's parquet layout
@@ -15,8 +15,11 @@ The test set is the dataset's own test split (`test`; Tiny-ImageNet: `valid`). D
 `train` split (FEMNIST, Shakespeare) keep `test-fraction` of every natural id's examples as the
 test set (LEAF's per-user split: random examples for FEMNIST, the last ones for Shakespeare's
 text, so test lines do not sit inside training windows); all clients train on the rest. The
-training split is then shuffled with `seed` (flwr-datasets' IidPartitioner takes contiguous
-blocks).
+training split is then shuffled with `seed` (the iid split takes contiguous blocks).
+
+These are the steps flwr-datasets' FederatedDataset took with `shuffle=False` and this
+preprocessing (load, check, preprocess), so the splits are the ones it gave; `datasets` is
+imported only here, when a run reads such data (docs/performance.md#the-simulations-memory).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ class DataSourceError(ValueError):
 
 
 def local_copy_kwargs(path: str) -> dict[str, Any]:
-    """`FederatedDataset` keyword arguments that load the local copy at `path`."""
+    """`datasets.load_dataset` keyword arguments that load the local copy at `path`."""
     folder = Path(path).expanduser()
     if not folder.exists():
         raise DataSourceError(f"dataset-path '{path}' does not exist")
@@ -46,13 +49,13 @@ def local_copy_kwargs(path: str) -> dict[str, Any]:
     elif (folder / "state.json").exists():  # Dataset.save_to_disk: one split, taken as train
         files = {"train": sorted(glob.glob(str(folder / "*.arrow")))}
     elif folder.is_dir():
-        return {"dataset": str(folder)}
+        return {"path": str(folder)}
     else:
         raise DataSourceError(f"dataset-path '{path}' is not a folder")
     empty = [s for s, f in files.items() if not f]
     if empty:
         raise DataSourceError(f"dataset-path '{path}': no .arrow files for split(s) {empty}")
-    return {"dataset": "arrow", "data_files": files}
+    return {"path": "arrow", "data_files": files}
 
 
 def _grouped_holdout(ids: np.ndarray, fraction: float, seed: int, temporal: bool) -> np.ndarray:
@@ -71,10 +74,7 @@ def _grouped_holdout(ids: np.ndarray, fraction: float, seed: int, temporal: bool
 
 
 def train_test(dd, spec: DatasetSpec, test_fraction: float, seed: int):
-    """The preprocessing step: a DatasetDict with the shuffled `train` split and the `test`
-    split."""
-    from datasets import DatasetDict
-
+    """The preprocessing step: (the `train` split shuffled with `seed`, the `test` split)."""
     if "train" not in dd:
         raise DataSourceError(f"the data has no 'train' split (splits: {list(dd)})")
     for col in (spec.image, spec.label) + ((spec.natural_id,) if spec.natural_id else ()):
@@ -99,23 +99,24 @@ def train_test(dd, spec: DatasetSpec, test_fraction: float, seed: int):
     else:
         split = train.train_test_split(test_size=test_fraction, seed=seed)
         train, test = split["train"], split["test"]
-    return DatasetDict({"train": train.shuffle(seed=seed), "test": test})
+    return train.shuffle(seed=seed), test
 
 
-def federated_dataset(spec: DatasetSpec, dataset_path: str, partitioner, *, test_fraction: float,
-                      seed: int):
-    """A FederatedDataset over the hub copy of `spec` or the local copy at `dataset_path`."""
-    from flwr_datasets import FederatedDataset
+def load_train_test(spec: DatasetSpec, dataset_path: str, *, test_fraction: float, seed: int):
+    """(train, test) `datasets.Dataset`s of the hub copy of `spec` or the local copy at
+    `dataset_path`: loaded, checked and split by `train_test`."""
+    import datasets
 
     if dataset_path:
         source = local_copy_kwargs(dataset_path)
     elif spec.hub:
-        source = {"dataset": spec.hub, "subset": spec.subset}
+        source = {"path": spec.hub, "name": spec.subset}
     else:
         raise DataSourceError(
             "this dataset has no hub copy: set dataset-path to a local copy "
             "(see `python -m feddata.save --help`)")
-    return FederatedDataset(
-        **source, partitioners={"train": partitioner}, shuffle=False,
-        preprocessor=lambda dd: train_test(dd, spec, test_fraction, seed),
-    )
+    dd = datasets.load_dataset(**source)
+    if not isinstance(dd, datasets.DatasetDict):  # (a builder argument that returns one split)
+        raise DataSourceError(f"the data loads as {type(dd).__name__}, not as a dataset with "
+                              "splits: give the folder that holds the splits")
+    return train_test(dd, spec, test_fraction, seed)
