@@ -1,7 +1,7 @@
 """Federated data: datasets (hub or local copies), client partitions, input pipeline, caches.
 
 The names below are imported on first use (PEP 562), so that `import feddata.disk_cache` in a
-fresh ClientApp process does not pay for `datasets`, `flwr_datasets` and scikit-learn.
+fresh ClientApp process does not pay for `datasets` (with pandas and pyarrow).
 """
 
 import fedacg_gc  # noqa: F401  (first: a module that shadows one of ours is named)

@@ -2,7 +2,7 @@
 cheaply.
 
 In deployment every message runs in a new `flwr-clientapp` process: without this, each round
-would import `datasets`/`flwr_datasets`/scikit-learn and rebuild the split before training. Here
+would import `datasets` (with pandas and pyarrow) and rebuild the split before training. Here
 the first process of a node builds its partition with `feddata.loading.load_client_data`, saves
 the tensors with `torch.save`, and every later process (next rounds, next runs with the same data
 config) reads them back with `torch.load(weights_only=True)` and imports nothing heavier than
@@ -67,7 +67,7 @@ CACHE_KEY_NAMES: tuple[str, ...] = (
 OWN_DATA_KEY_NAMES: tuple[str, ...] = (
     "dataset", "custom-classes", "custom-shape", "custom-mean", "custom-std",
     "client-val-fraction", "seed")
-_DATA_LIBRARIES = ("datasets", "flwr-datasets", "numpy", "pillow")
+_DATA_LIBRARIES = ("datasets", "numpy", "pillow")  # what reads, decodes and splits the data
 _FEDDATA = Path(__file__).resolve().parent
 STALE_TMP_SECONDS = 600.0  # a cache write takes seconds; an older .tmp file is a dead write's
 
@@ -122,7 +122,7 @@ def cache_file(folder: Path, key: dict[str, Any]) -> Path:
 
 
 def _build(cfg: Mapping[str, Any], partition_id: int, num_partitions: int) -> PreparedPartition:
-    from .loading import load_client_data, spec_of  # heavy: datasets, flwr_datasets, sklearn
+    from .loading import load_client_data, spec_of  # loads the data: datasets
 
     data = load_client_data(dict(cfg), partition_id, num_partitions)
     spec = spec_of(dict(cfg))

@@ -1,6 +1,13 @@
-"""Client splits (flwr-datasets partitioners and ours), seeded so every process computes the same.
+"""Client splits, seeded so every process computes the same; docs/data.md#partitioners.
 
-* `iid`: flwr-datasets' IidPartitioner.
+Every partitioner computes its whole split once, on first use (`Partitioner`), and keeps the row
+indices of each partition. `iid`, `natural` and `shards` give the partitions flwr-datasets 0.6's
+IidPartitioner, NaturalIdPartitioner and ShardPartitioner give for the same data and seed (the same
+arithmetic and the same draws of the same generator; tests/test_flwr_datasets_equal.py holds them
+equal), without importing flwr-datasets, whose package pulls matplotlib, seaborn and scipy into
+every process that loads data (docs/performance.md#the-simulations-memory).
+
+* `iid`: contiguous blocks of the (shuffled) training split, `datasets.Dataset.shard`'s sizes.
 * `lda` (GC-Fed): `LdaPartitioner`, FedLab's hetero Dirichlet: each class is spread over the
   clients with proportions ~ Dir(lda-alpha); unequal sizes; re-drawn until every client has
   lda-min-size (flwr-datasets' DirichletPartitioner's draws, without its limit of 10 draws).
@@ -8,21 +15,24 @@
   of examples and its own class prior ~ Dir(dirichlet-alpha); examples are drawn by that prior from
   the classes that still have examples left.
 * `natural` (LEAF): every client holds the examples of one natural id (FEMNIST writer, Shakespeare
-  speaking role, CelebA celebrity) through flwr-datasets' NaturalIdPartitioner; with fewer clients
-  than ids, a seeded random sample of the ids is used (LEAF's user sampling), the rest is unused.
-* `shards` (McMahan et al.'s pathological split): flwr-datasets' ShardPartitioner; the examples
-  sorted by label are cut into equal shards and every client gets shards-per-client of them.
+  speaking role, CelebA celebrity), ids in sorted order; with fewer clients than ids, a seeded
+  random sample of the ids is used (LEAF's user sampling), the rest is unused.
+* `shards` (McMahan et al.'s pathological split): the examples sorted by label are cut into equal
+  shards and every client gets shards-per-client of them, drawn at random.
+
+Nothing here imports `datasets`: a partitioner only calls its dataset's `select`, `__len__` and
+the column reads of `column`.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_right
+from typing import TYPE_CHECKING
 
 import numpy as np
-from datasets import Dataset
-from flwr_datasets.partitioner import (
-    IidPartitioner, NaturalIdPartitioner, Partitioner, ShardPartitioner,
-)
+
+if TYPE_CHECKING:
+    from datasets import Dataset
 
 
 def column(dataset: Dataset, name: str) -> np.ndarray:
@@ -37,33 +47,61 @@ def column(dataset: Dataset, name: str) -> np.ndarray:
     return out
 
 
-class SplitOnce(Partitioner):
-    """A partitioner that computes its whole split once, on first use: `_split()` gives the
-    dataset's row indices of every partition, in partition order (kept in `_indices`)."""
+class Partitioner:
+    """The split of `dataset` (assigned once) into `num_partitions` partitions, computed once on
+    first use: `_split()` gives the dataset's row indices of every partition, in partition order
+    (kept; `partition_indices()`)."""
 
     def __init__(self, num_partitions: int):
-        super().__init__()
         if num_partitions < 1:
             raise ValueError("num_partitions must be at least 1")
         self._num_partitions = num_partitions
+        self._dataset: Dataset | None = None
         self._indices: list | None = None
+
+    @property
+    def dataset(self) -> Dataset:
+        if self._dataset is None:
+            raise AttributeError("the partitioner has no dataset yet: assign `dataset` first")
+        return self._dataset
+
+    @dataset.setter
+    def dataset(self, value: Dataset) -> None:
+        if self._dataset is not None:  # the split kept would no longer be the dataset's
+            raise ValueError("a partitioner's dataset is assigned once")
+        self._dataset = value
 
     @property
     def num_partitions(self) -> int:
         return self._num_partitions
 
+    def partition_indices(self) -> list:
+        """The dataset's row indices of every partition, in partition order."""
+        if self._indices is None:
+            self._indices = self._split()
+        return self._indices
+
     def load_partition(self, partition_id: int) -> Dataset:
         if not 0 <= partition_id < self._num_partitions:
             raise ValueError(f"partition_id {partition_id} not in [0, {self._num_partitions})")
-        if self._indices is None:
-            self._indices = self._split()
-        return self.dataset.select(self._indices[partition_id])
+        return self.dataset.select(self.partition_indices()[partition_id])
 
     def _split(self) -> list:
         raise NotImplementedError
 
 
-class BalancedDirichletPartitioner(SplitOnce):
+class IidPartitioner(Partitioner):
+    """Contiguous blocks, the first `n % k` of them one example longer (`Dataset.shard(k, i,
+    contiguous=True)`, which flwr-datasets' IidPartitioner calls); the randomness is the shuffle
+    of the training split before (feddata/sources.py)."""
+
+    def _split(self) -> list[range]:
+        size, longer = divmod(len(self.dataset), self._num_partitions)
+        starts = [size * i + min(i, longer) for i in range(self._num_partitions + 1)]
+        return [range(starts[i], starts[i + 1]) for i in range(self._num_partitions)]
+
+
+class BalancedDirichletPartitioner(Partitioner):
     """Equal-size partitions whose label distributions are drawn from Dir(alpha)."""
 
     def __init__(self, num_partitions: int, partition_by: str, alpha: float, seed: int = 42):
@@ -179,7 +217,7 @@ class _Draws:
         return (self._word() >> 11) * (1.0 / 9007199254740992.0)
 
 
-class LdaPartitioner(SplitOnce):
+class LdaPartitioner(Partitioner):
     """GC-Fed's split, FedLab's hetero Dirichlet (`hetero_dir_partition`): the examples of each
     class are cut among the clients by proportions p ~ Dir(alpha); with `self_balancing` a
     client already above the mean size gets no more (its p is set to 0, the rest renormalized).
@@ -244,50 +282,70 @@ class LdaPartitioner(SplitOnce):
 
 
 class NaturalIdSamplePartitioner(Partitioner):
-    """One natural id per partition (flwr-datasets' NaturalIdPartitioner, ids in sorted order).
+    """One natural id per partition, the ids in sorted order and each partition's rows in dataset
+    order (flwr-datasets' NaturalIdPartitioner).
 
     With more ids than partitions, `num_partitions` ids are drawn at random with `seed` and only
     their examples are partitioned; with fewer ids than partitions it raises a clear error.
     """
 
     def __init__(self, num_partitions: int, partition_by: str, seed: int = 42):
-        super().__init__()
-        self._num_partitions = num_partitions
+        super().__init__(num_partitions)
         self._partition_by = partition_by
         self._seed = seed
-        self._inner: NaturalIdPartitioner | None = None
         self.num_ids: int | None = None  # distinct ids in the whole split (for the summary)
 
-    @property
-    def num_partitions(self) -> int:
-        return self._num_partitions
-
-    def _prepare(self) -> NaturalIdPartitioner:
-        ids = column(self.dataset, self._partition_by)
-        unique, inverse = np.unique(ids, return_inverse=True)
-        self.num_ids = len(unique)
-        if len(unique) < self._num_partitions:
+    def _split(self) -> list[np.ndarray]:
+        ids, inverse, counts = np.unique(column(self.dataset, self._partition_by),
+                                         return_inverse=True, return_counts=True)
+        self.num_ids = len(ids)
+        if len(ids) < self._num_partitions:
             raise ValueError(
                 f"the natural split has one client per '{self._partition_by}' value, and the "
-                f"dataset has only {len(unique)} of them for {self._num_partitions} clients: use "
-                f"at most {len(unique)} clients (num-supernodes) or another partitioner."
+                f"dataset has only {len(ids)} of them for {self._num_partitions} clients: use "
+                f"at most {len(ids)} clients (num-supernodes) or another partitioner."
             )
-        inner = NaturalIdPartitioner(partition_by=self._partition_by)
-        if len(unique) == self._num_partitions:
-            inner.dataset = self.dataset
-        else:
+        chosen = np.arange(len(ids))
+        if len(ids) > self._num_partitions:
             rng = np.random.default_rng(self._seed)
-            chosen = np.zeros(len(unique), dtype=bool)
-            chosen[rng.choice(len(unique), self._num_partitions, replace=False)] = True
-            inner.dataset = self.dataset.select(np.flatnonzero(chosen[inverse]))
-        return inner
+            chosen = np.sort(rng.choice(len(ids), self._num_partitions, replace=False))
+        rows_by_id = np.split(np.argsort(inverse, kind="stable"), np.cumsum(counts)[:-1])
+        return [rows_by_id[i] for i in chosen]
 
-    def load_partition(self, partition_id: int) -> Dataset:
-        if not 0 <= partition_id < self._num_partitions:
-            raise ValueError(f"partition_id {partition_id} not in [0, {self._num_partitions})")
-        if self._inner is None:
-            self._inner = self._prepare()
-        return self._inner.load_partition(partition_id)
+
+class ShardPartitioner(Partitioner):
+    """McMahan et al.'s shards, as flwr-datasets' ShardPartitioner cuts them with
+    `num_shards_per_partition` given (shard size and the rest derived) and `shuffle` on.
+
+    The rows sorted by label (a stable sort, as `Dataset.sort`) are cut into shards of
+    floor(n / (k * s)) rows; of the floor(n / shard size) whole shards, the first k * s of a
+    seeded permutation go to the partitions, s each in partition order; then each partition's rows
+    are shuffled by the same generator, partition after partition.
+    """
+
+    def __init__(self, num_partitions: int, partition_by: str, shards_per_partition: int,
+                 seed: int = 42):
+        super().__init__(num_partitions)
+        if shards_per_partition < 1:
+            raise ValueError("shards_per_partition must be at least 1")
+        self._partition_by = partition_by
+        self._shards_per_partition = shards_per_partition
+        self._seed = seed
+
+    def _split(self) -> list[np.ndarray]:
+        by_label = np.argsort(column(self.dataset, self._partition_by), kind="stable")
+        n, k, s = len(by_label), self._num_partitions, self._shards_per_partition
+        shard_size = n // (k * s)
+        if shard_size == 0:
+            raise ValueError(f"{n} examples cannot give {k * s} shards of one example or more")
+        rng = np.random.default_rng(self._seed)
+        shards = rng.permutation(n // shard_size)[:k * s].reshape(k, s)
+        out = []
+        for own in shards:
+            rows = (own[:, None] * shard_size + np.arange(shard_size)).ravel()
+            rng.shuffle(rows)
+            out.append(by_label[rows])
+        return out
 
 
 def build_partitioner(
@@ -308,6 +366,5 @@ def build_partitioner(
                              "(femnist: writer_id, shakespeare: character_id, celeba: celeb_id)")
         return NaturalIdSamplePartitioner(num_partitions, natural_id, seed=seed)
     if name == "shards":
-        return ShardPartitioner(num_partitions, label, num_shards_per_partition=shards_per_client,
-                                shuffle=True, seed=seed)
+        return ShardPartitioner(num_partitions, label, shards_per_client, seed=seed)
     raise ValueError(f"unknown partitioner '{name}'")

@@ -6,42 +6,21 @@ import functools
 from typing import Any
 
 import numpy as np
-from flwr_datasets.partitioner import IidPartitioner
 
 from .loading import _source, data_key, load_partition, spec_of
-from .partitioners import NaturalIdSamplePartitioner, SplitOnce, column
-
-
-def _split_indices(part) -> tuple[Any, Any] | None:
-    """(dataset, partition id -> indices into it) where the partitioner keeps its split, else
-    None."""
-    if isinstance(part, NaturalIdSamplePartitioner):
-        part = part._inner
-    if isinstance(part, SplitOnce):  # ours: the balanced Dirichlet and the LDA split
-        return part.dataset, part._indices
-    if isinstance(part, IidPartitioner):  # datasets' contiguous shards
-        n, k = len(part.dataset), part.num_partitions
-        div, mod = divmod(n, k)
-        starts = [div * i + min(i, mod) for i in range(k + 1)]
-        return part.dataset, [range(starts[i], starts[i + 1]) for i in range(k)]
-    mapping = getattr(part, "_partition_id_to_indices", None)  # flwr-datasets' own partitioners
-    return (part.dataset, mapping) if isinstance(mapping, dict) else None
+from .partitioners import column
 
 
 def partition_labels(cfg: dict[str, Any], num_partitions: int):
     """The label array of every partition, in partition order: one read of the label column
-    when the partitioner keeps its split (ours and flwr-datasets'), else partition by partition.
-    Labels are read through Arrow (`column`): reading them row by row decodes every image."""
+    (through Arrow, `column`: reading it row by row decodes every image) and the split's
+    indices."""
     label = spec_of(cfg).label
-    load_partition(cfg, 0, num_partitions)  # prepares the split (and the partitioner's dataset)
-    split = _split_indices(_source(data_key(cfg), num_partitions).partitioner)
-    if split is not None and len(split[1]) == num_partitions:
-        every = column(split[0], label)
-        for pid in range(num_partitions):
-            yield every[np.asarray(split[1][pid], dtype=np.int64)]
-        return
-    for pid in range(num_partitions):
-        yield column(load_partition(cfg, pid, num_partitions), label)
+    load_partition(cfg, 0, num_partitions)  # the checks of the split, and the split itself
+    part = _source(data_key(cfg), num_partitions).partitioner
+    every = column(part.dataset, label)
+    for indices in part.partition_indices():
+        yield every[np.asarray(indices, dtype=np.int64)]
 
 
 @functools.lru_cache(maxsize=8)

@@ -1,11 +1,12 @@
-"""Our data loading against flwr-datasets 0.6's FederatedDataset (the independent reference):
-the same rows in the same order for the same data and seed."""
+"""Our partitioners and data loading against flwr-datasets 0.6's (a test dependency only, the
+independent reference): the same rows in the same order for the same data and seed, so the runs
+of before the switch (docs/performance.md#the-simulations-memory) keep their splits."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from datasets import DatasetDict
+from datasets import Dataset, DatasetDict
 from flwr_datasets import FederatedDataset
 from flwr_datasets.partitioner import (IidPartitioner as TheirIid,
                                        NaturalIdPartitioner as TheirNatural,
@@ -13,9 +14,66 @@ from flwr_datasets.partitioner import (IidPartitioner as TheirIid,
 
 import hubformats
 from feddata import load_partition, load_test_split
+from feddata.partitioners import IidPartitioner, NaturalIdSamplePartitioner, ShardPartitioner
 from feddata.sources import local_copy_kwargs, train_test
 from feddata.specs import DATASET_BY_NAME
 from run_config import resolve
+
+
+def rows(partitioner, data: Dataset) -> list[list[int]]:
+    """The `uid`s of every partition, in the partition's row order."""
+    partitioner.dataset = data
+    return [partitioner.load_partition(i)["uid"] for i in range(partitioner.num_partitions)]
+
+
+def labelled(n: int, labels, seed: int = 0, **more) -> Dataset:
+    """n rows: uid 0..n-1 and a label column drawn from `labels` (uneven counts, mixed order)."""
+    rng = np.random.default_rng(seed)
+    picked = [labels[i] for i in rng.integers(0, len(labels), n)]
+    return Dataset.from_dict({"uid": list(range(n)), "label": picked, **more})
+
+
+@pytest.mark.parametrize("n,k", [(1, 1), (7, 3), (10, 10), (100, 7), (1797, 20), (503, 1)])
+def test_iid_equals_flwr_datasets(n, k):
+    data = labelled(n, [0, 1])
+    assert rows(IidPartitioner(k), data) == rows(TheirIid(k), data)
+
+
+@pytest.mark.parametrize("n,k,per_client,seed", [
+    (100, 5, 2, 0), (100, 5, 2, 1), (101, 7, 3, 4), (1797, 20, 2, 0), (1797, 10, 1, 3),
+    (64, 4, 4, 9), (30, 30, 1, 2)])
+@pytest.mark.parametrize("labels", [list(range(10)), ["b", "a", "c"], [True, False]])
+def test_shards_equal_flwr_datasets(n, k, per_client, seed, labels):
+    data = labelled(n, labels, seed)
+    ours = ShardPartitioner(k, "label", per_client, seed=seed)
+    theirs = TheirShards(k, "label", num_shards_per_partition=per_client, shuffle=True,
+                         seed=seed)
+    assert rows(ours, data) == rows(theirs, data)
+
+
+@pytest.mark.parametrize("ids", [
+    [f"w{i % 7}" for i in range(60)],  # strings, interleaved
+    [3, 1, 2, 1, 3, 3, 0, 2] * 5,  # ints, uneven counts
+    ["écrivain", "Zoe", "adam", "Émile", "zoe"] * 3,  # sort order beyond ASCII
+])
+def test_natural_with_every_id_equals_flwr_datasets(ids):
+    data = Dataset.from_dict({"uid": list(range(len(ids))), "writer": ids})
+    k = len(set(ids))
+    assert rows(NaturalIdSamplePartitioner(k, "writer", seed=5), data) == \
+        rows(TheirNatural("writer"), data)
+
+
+@pytest.mark.parametrize("k,seed", [(2, 0), (4, 1), (6, 7)])
+def test_natural_with_a_sample_of_ids_equals_flwr_datasets_on_that_sample(k, seed):
+    """More ids than clients: k ids drawn with the seed (the rule, computed here with numpy),
+    then flwr-datasets' NaturalIdPartitioner over the examples of those ids."""
+    ids = [f"w{(5 * i) % 9}" for i in range(90)]
+    data = Dataset.from_dict({"uid": list(range(90)), "writer": ids})
+    unique, inverse = np.unique(ids, return_inverse=True)
+    chosen = np.random.default_rng(seed).choice(len(unique), k, replace=False)
+    sample = data.select(np.flatnonzero(np.isin(inverse, chosen)))
+    assert rows(NaturalIdSamplePartitioner(k, "writer", seed=seed), data) == \
+        rows(TheirNatural("writer"), sample)
 
 
 @pytest.fixture(scope="module")
