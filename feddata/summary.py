@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from itertools import islice
 from typing import Any
 
 import numpy as np
@@ -21,6 +22,20 @@ def partition_labels(cfg: dict[str, Any], num_partitions: int):
     every = column(part.dataset, label)
     for indices in part.partition_indices():
         yield every[np.asarray(indices, dtype=np.int64)]
+
+
+def label_counts(cfg: dict[str, Any], num_partitions: int, max_partitions: int = 100):
+    """(label names, counts): `counts[i, j]` is partition i's examples of label j, for the first
+    `max_partitions` partitions; the labels are the dataset's classes (a ClassLabel's names) or
+    else the values found in its training split, sorted."""
+    label = spec_of(cfg).label
+    labels = list(islice(partition_labels(cfg, num_partitions), max_partitions))
+    train = _source(data_key(cfg), num_partitions).train_split()
+    names = getattr(train.features[label], "names", None)  # a ClassLabel's
+    values = np.arange(len(names)) if names is not None else np.unique(column(train, label))
+    counts = np.stack([np.bincount(np.searchsorted(values, part), minlength=len(values))
+                       for part in labels])
+    return (list(names) if names is not None else [str(v) for v in values]), counts
 
 
 @functools.lru_cache(maxsize=8)

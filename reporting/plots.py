@@ -1,28 +1,34 @@
 """PNG plots of a run (accuracy vs round, accuracy vs bytes) and of a sweep (every method's EMA).
 
-Drawn with matplotlib's object API on the Agg canvas (no pyplot, no display needed). Every plot
-is FIGSIZE inches at DPI, i.e. 640 x 400 pixels.
+Drawn with matplotlib's object API on the Agg canvas (no pyplot, no display needed), imported
+when a plot is drawn: a process that draws none does not pay for it
+(docs/performance.md#the-simulations-memory). Every plot is FIGSIZE inches at DPI, i.e. 640 x 400
+pixels; the label distribution is wider with many clients.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
-
-from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
+from typing import TYPE_CHECKING, Any
 
 from fileio.atomic import write_atomic
 
 from .metrics import curve
 
+if TYPE_CHECKING:
+    import numpy as np
+    from matplotlib.figure import Figure
+
 FIGSIZE = (6.4, 4.0)
 DPI = 100
 
 
-def _figure(title: str, xlabel: str, ylabel: str):
-    fig = Figure(figsize=FIGSIZE, dpi=DPI)
+def _figure(title: str, xlabel: str, ylabel: str, width: float = FIGSIZE[0]):
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    fig = Figure(figsize=(width, FIGSIZE[1]), dpi=DPI)
     ax = fig.add_subplot()
     ax.set_title(title, fontsize=10)
     ax.set_xlabel(xlabel)
@@ -113,22 +119,28 @@ def plot_ema_curves(curves: dict[str, Sequence[tuple[Sequence[int], Sequence[flo
     return _save(fig, Path(path))
 
 
-def plot_label_distribution(partitioner, label: str, path: Path, title: str = "") -> Path:
-    """Examples of each label in each client's partition (stacked bars), drawn by flwr-datasets'
-    `plot_label_distributions` from the run's partitioner (at most 100 clients shown)."""
-    from flwr_datasets.visualization import plot_label_distributions
+def plot_label_distribution(counts: np.ndarray, label_names: Sequence[str], path: Path,
+                            title: str = "") -> Path:
+    """Examples of each label in each client's partition: one bar per client (`counts[i, j]`:
+    client i's examples of label j), stacked by label, the legend outside on the right."""
+    from matplotlib import colormaps
 
-    n = partitioner.num_partitions
-    fig, _, _ = plot_label_distributions(
-        partitioner, label_name=label, plot_type="bar", size_unit="absolute",
-        max_num_partitions=min(n, 100), partition_id_axis="x", legend=True,
-        verbose_labels=True, title=title or "Examples per label in each client's partition",
-        figsize=(max(6.4, 0.25 * min(n, 100) + 2), 4.0))
+    clients, labels = counts.shape
+    fig, ax = _figure(title or "Examples per label in each client's partition",
+                      "client (partition id)", "examples",
+                      width=max(FIGSIZE[0], 0.25 * clients + 2))
+    colors = colormaps["RdYlGn"]([j / max(labels - 1, 1) for j in range(labels)])
+    bottom = [0] * clients
+    for j in range(labels):
+        ax.bar(range(clients), counts[:, j], bottom=bottom, width=0.8, color=colors[j],
+               label=str(label_names[j]))
+        bottom = [b + int(c) for b, c in zip(bottom, counts[:, j])]
+    ax.grid(False)
+    ax.set_xticks(range(0, clients, 1 if clients <= 20 else 2))  # every other one named past 20
+    handles, names = ax.get_legend_handles_labels()
+    fig.legend(handles[::-1], names[::-1], title="labels", loc="center left",  # top label on top
+               bbox_to_anchor=(1.0, 0.5), fontsize=8, ncols=1 + (labels - 1) // 25)
+    fig.tight_layout()
     path = Path(path)
-    try:  # the legend sits outside the axes
-        write_atomic(path, lambda f: fig.savefig(f, dpi=DPI, bbox_inches="tight", format="png"))
-    finally:
-        import matplotlib.pyplot as plt  # flwr-datasets draws on a pyplot figure: free it
-
-        plt.close(fig)
+    write_atomic(path, lambda f: fig.savefig(f, dpi=DPI, bbox_inches="tight", format="png"))
     return path

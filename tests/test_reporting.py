@@ -122,6 +122,38 @@ def test_run_and_sweep_plots_are_real_images(tmp_path):
         assert_plot(blank)  # the check can fail
 
 
+def test_the_label_plot_counts_each_clients_labels_and_draws_them(tmp_path):
+    from feddata import load_partition
+    from feddata.summary import label_counts
+    from reporting.plots import plot_label_distribution
+
+    cfg = resolve({"partitioner": "dirichlet-balanced", "dirichlet-alpha": 0.3, "seed": 2})
+    names, counts = label_counts(cfg, 7, max_partitions=5)
+    assert names == [str(d) for d in range(10)]  # digits' ClassLabel: every class, in order
+    expected = [[int(np.sum(np.asarray(load_partition(cfg, i, 7)["label"]) == j))
+                 for j in range(10)] for i in range(5)]  # the first 5 of the 7, the plain way
+    assert counts.tolist() == expected
+    few = plot_label_distribution(counts, names, tmp_path / "few.png", title="t")
+    many = plot_label_distribution(np.tile(counts, (12, 1)), names, tmp_path / "many.png")
+    for path in (few, many):
+        img = matplotlib.image.imread(path)
+        assert img[..., :3].var() > 1e-3 and (img[..., :3].std(axis=2) > 0.1).mean() > 0.05
+    assert matplotlib.image.imread(many).shape[1] > matplotlib.image.imread(few).shape[1]
+
+
+def test_labels_without_class_names_are_the_values_found(tmp_path):
+    import hubformats
+    from feddata import load_partition
+    from feddata.summary import label_counts
+
+    path = hubformats.celeba(tmp_path, np.random.default_rng(0))  # Smiling: a bool column
+    cfg = resolve({"dataset": "celeba", "dataset-path": str(path), "partitioner": "natural"})
+    names, counts = label_counts(cfg, 3)
+    assert names == ["False", "True"]
+    assert counts.tolist() == [[int(np.sum(~np.asarray(p))), int(np.sum(np.asarray(p)))]
+                               for p in (load_partition(cfg, i, 3)["Smiling"] for i in range(3))]
+
+
 def test_report_keys_are_validated():
     cfg = resolve({"num-server-rounds": 1000})
     assert acc_at_rounds(cfg) == [500, 1000] and target_accs(cfg) == [80.0, 90.0]
