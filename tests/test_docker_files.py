@@ -127,7 +127,7 @@ def test_images_default_to_the_official_flower_images_of_one_release():
 def test_superexec_requirements_are_the_apps_without_flower():
     reqs = app_requirements((ROOT / "pyproject.toml").read_text())
     names = {re.match(r"[A-Za-z0-9._-]+", r).group(0).lower() for r in reqs}
-    assert "flwr" not in names and {"torch", "flwr-datasets", "scikit-learn"} <= names
+    assert "flwr" not in names and {"torch", "datasets", "pillow", "scikit-learn"} <= names
     assert app_requirements('[project]\n'
                             'dependencies = ["flwr[simulation]>=1.41", "Flwr_x==1", "numpy"]') == [
         "Flwr_x==1", "numpy"]
