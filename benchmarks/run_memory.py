@@ -1,10 +1,21 @@
 """Peak host memory of a `flwr run`: the SuperLink's whole process tree sampled from /proc
 (resident and proportional sizes, by process name), for the benchmarks that run the app or the
-simulation's floor (`sim_vs_loop`, `sim_floor`, `rehearse`, `many_clients`)."""
+simulation's floor (`sim_vs_loop`, `sim_floor`, `rehearse`, `many_clients`).
+
+Run alone, one `flwr run` of an app folder (this one by default) on a simulation SuperLink of its
+own, with a fresh partition cache and output folder, and its peak by process:
+
+    python -m benchmarks.run_memory          # the default run config (digits), 2 rounds
+    python -m benchmarks.run_memory --app-dir ../other-checkout --run-config "partitioner='lda'"
+"""
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
+import sys
+import tempfile
 import subprocess
 import threading
 import time
@@ -80,6 +91,13 @@ def _by_name(parts: dict[str, float]) -> dict[str, float]:
     return out
 
 
+def _raise_own_peaks(own: dict[str, float], parts: dict[str, float]) -> None:
+    """`own[name]`: the peak so far of the processes named `name` (summed), raised to this
+    sample's `parts` ({'raylet 123': mb, ...})."""
+    for name, mb in _by_name(parts).items():
+        own[name] = max(mb, own.get(name, 0.0))
+
+
 def flwr_run_peak(link, run_config: str, federation: str, every: float = 0.5,
                   app_dir: Path = ROOT, timeout: float = 7200.0) -> tuple:
     """`flwr run <app_dir>` on `link` (a running LocalSuperLink): (the finished process, wall
@@ -87,8 +105,10 @@ def flwr_run_peak(link, run_config: str, federation: str, every: float = 0.5,
     every `every` seconds). Also kept as attributes of this function, set also when the run
     times out (subprocess.TimeoutExpired is raised on): `rss` (that peak), `breakdown` (MB per
     process name at that peak), `pss` and `pss_parts` (the same with proportional sizes, whose
-    sum counts a shared library once)."""
+    sum counts a shared library once), `rss_each` and `pss_each` (each process name's own peak,
+    whenever it came)."""
     peak = {"rss": (0.0, {}), "pss": (0.0, {})}
+    each: dict[str, dict[str, float]] = {"rss": {}, "pss": {}}
     stop = threading.Event()
 
     def sample():
@@ -98,6 +118,7 @@ def flwr_run_peak(link, run_config: str, federation: str, every: float = 0.5,
             for kind, parts in (("rss", rss), ("pss", pss)):
                 if sum(parts.values()) > peak[kind][0]:
                     peak[kind] = (sum(parts.values()), parts)
+                _raise_own_peaks(each[kind], parts)
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
@@ -114,4 +135,47 @@ def flwr_run_peak(link, run_config: str, federation: str, every: float = 0.5,
         sampler.join()
         flwr_run_peak.rss, flwr_run_peak.breakdown = peak["rss"][0], _by_name(peak["rss"][1])
         flwr_run_peak.pss, flwr_run_peak.pss_parts = peak["pss"][0], _by_name(peak["pss"][1])
+        flwr_run_peak.rss_each, flwr_run_peak.pss_each = each["rss"], each["pss"]
     return proc, wall, peak["rss"][0]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--app-dir", type=Path, default=ROOT, help="the app to run")
+    parser.add_argument("--run-config", default="num-server-rounds=2",
+                        help="run-config overrides (out-dir and run-name are set here)")
+    parser.add_argument("--federation-config", default="num-supernodes=10")
+    parser.add_argument("--every", type=float, default=0.5, help="sampling period, seconds")
+    args = parser.parse_args(argv)
+    from experiments.superlink import LocalSuperLink
+
+    with tempfile.TemporaryDirectory(prefix="run-memory-") as tmp:
+        run_config = f"{args.run_config} out-dir={tmp!r} run-name='memory'"
+        link = LocalSuperLink()  # its environment reaches the simulation and the actors
+        link.env["FEDACG_CACHE_DIR"] = str(Path(tmp) / "partition-cache")  # every client builds
+        with link:
+            proc, wall, _ = flwr_run_peak(link, run_config, args.federation_config,
+                                          every=args.every, app_dir=args.app_dir.resolve())
+        results = Path(tmp) / "memory" / "results.json"
+        status = json.loads(results.read_text())["status"] if results.is_file() else "no results"
+    if proc.returncode != 0 or status != "complete":
+        print(f"the run did not complete ({status}):\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}",
+              file=sys.stderr)
+        return 1
+    print(f"flwr run {args.app_dir.resolve()}: {wall:.0f} s; peak memory by process (MB, the "
+          "processes of one name summed): each one's own peak, and its share of the whole "
+          "tree's peak; resident and proportional (a page shared by k processes counted 1/k)")
+    rss, pss = flwr_run_peak.breakdown, flwr_run_peak.pss_parts
+    rss_each, pss_each = flwr_run_peak.rss_each, flwr_run_peak.pss_each
+    print("| process | own peak resident | own peak proportional | at the tree's peak resident "
+          "| at the tree's peak proportional |\n" + "| --- " * 5 + "|")
+    for name in sorted(set(rss_each) | set(pss_each), key=lambda n: -rss_each.get(n, 0.0)):
+        print(f"| {name} | {rss_each.get(name, 0.0):.0f} | {pss_each.get(name, 0.0):.0f} | "
+              f"{rss.get(name, 0.0):.0f} | {pss.get(name, 0.0):.0f} |")
+    print(f"| all | | | {flwr_run_peak.rss:.0f} | {flwr_run_peak.pss:.0f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -71,6 +71,15 @@ def test_pss_of_a_process_and_names_summed():
         "raylet": 15.5, "gcs_server": 1.0}
 
 
+def test_each_process_names_own_peak_is_kept_across_samples():
+    from benchmarks.run_memory import _raise_own_peaks
+
+    own: dict = {}
+    _raise_own_peaks(own, {"actor 1": 5.0, "actor 2": 3.0, "raylet 3": 1.0})
+    _raise_own_peaks(own, {"actor 1": 2.0, "raylet 3": 4.0, "gcs 4": 0.5})
+    assert own == {"actor": 8.0, "raylet": 4.0, "gcs": 0.5}
+
+
 @pytest.mark.long
 def test_sim_floor_runs_the_floor_app(tmp_path):
     """benchmarks/sim_floor.py: the floor app runs through flwr run; its peak is the sum of its
