@@ -92,9 +92,11 @@ def _by_name(parts: dict[str, float]) -> dict[str, float]:
 
 
 def _raise_own_peaks(own: dict[str, float], parts: dict[str, float]) -> None:
-    """`own[name]`: the peak so far of the processes named `name` (summed), raised to this
-    sample's `parts` ({'raylet 123': mb, ...})."""
-    for name, mb in _by_name(parts).items():
+    """`own[name]`: the largest size any one process named `name` has had so far, raised to this
+    sample's `parts` ({'raylet 123': mb, ...}). Per process, not summed: a child forked for a
+    moment carries its parent's name and pages, and would count them twice."""
+    for key, mb in parts.items():
+        name = key.rsplit(" ", 1)[0]
         own[name] = max(mb, own.get(name, 0.0))
 
 
@@ -106,7 +108,7 @@ def flwr_run_peak(link, run_config: str, federation: str, every: float = 0.5,
     times out (subprocess.TimeoutExpired is raised on): `rss` (that peak), `breakdown` (MB per
     process name at that peak), `pss` and `pss_parts` (the same with proportional sizes, whose
     sum counts a shared library once), `rss_each` and `pss_each` (each process name's own peak,
-    whenever it came)."""
+    whenever it came, of its largest process)."""
     peak = {"rss": (0.0, {}), "pss": (0.0, {})}
     each: dict[str, dict[str, float]] = {"rss": {}, "pss": {}}
     stop = threading.Event()
@@ -163,9 +165,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"the run did not complete ({status}):\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}",
               file=sys.stderr)
         return 1
-    print(f"flwr run {args.app_dir.resolve()}: {wall:.0f} s; peak memory by process (MB, the "
-          "processes of one name summed): each one's own peak, and its share of the whole "
-          "tree's peak; resident and proportional (a page shared by k processes counted 1/k)")
+    print(f"flwr run {args.app_dir.resolve()}: {wall:.0f} s; peak memory by process (MB): "
+          "its own peak (the largest process of the name), and the name's share of the whole "
+          "tree's peak (its processes summed); resident and proportional (a page shared by k "
+          "processes counted 1/k)")
     rss, pss = flwr_run_peak.breakdown, flwr_run_peak.pss_parts
     rss_each, pss_each = flwr_run_peak.rss_each, flwr_run_peak.pss_each
     print("| process | own peak resident | own peak proportional | at the tree's peak resident "

@@ -71,13 +71,13 @@ def test_pss_of_a_process_and_names_summed():
         "raylet": 15.5, "gcs_server": 1.0}
 
 
-def test_each_process_names_own_peak_is_kept_across_samples():
+def test_each_process_names_own_peak_is_its_largest_process_across_samples():
     from benchmarks.run_memory import _raise_own_peaks
 
     own: dict = {}
-    _raise_own_peaks(own, {"actor 1": 5.0, "actor 2": 3.0, "raylet 3": 1.0})
-    _raise_own_peaks(own, {"actor 1": 2.0, "raylet 3": 4.0, "gcs 4": 0.5})
-    assert own == {"actor": 8.0, "raylet": 4.0, "gcs": 0.5}
+    _raise_own_peaks(own, {"actor 1": 5.0, "actor 2": 3.0, "raylet 3": 1.0, "gcs 4": 2.0})
+    _raise_own_peaks(own, {"actor 1": 2.0, "actor 5": 4.5, "raylet 3": 4.0, "gcs 4": 0.5})
+    assert own == {"actor": 5.0, "raylet": 4.0, "gcs": 2.0}  # summed, actor would be 8
 
 
 @pytest.mark.long
