@@ -236,11 +236,11 @@ one run per row, so a timing is good to about 2x; the memory and disk figures ar
   floor itself, so no app meets it through Flower 1.41's Ray simulation; the app's own part,
   above the floor, is 771 MB = 1.6 x the plain loop. About 200 MB of that in each of the two
   processes was imports; each now imports what it uses (no flwr-datasets, seaborn, scipy or
-  pyplot; matplotlib only to draw), which took 55-100 MB off each on W1 and left `datasets`
-  with pandas and pyarrow ([performance](performance.md#the-simulations-memory)). The same app
-  in the in-process runtime (no SuperLink,
-  no Ray: `experiments.sweep --in-process`, `inprocess.run_in_process`) peaked at 852 MB, within
-  the goal; `sim_vs_loop` prints all of these.
+  pyplot; matplotlib only to draw), which took 110 MB off the ClientApp's actor and 70 MB off
+  the simulation process on W1 and left `datasets` with pandas and pyarrow
+  ([performance](performance.md#the-simulations-memory)). The same app in the in-process
+  runtime (no SuperLink, no Ray: `experiments.sweep --in-process`, `inprocess.run_in_process`)
+  peaked at 852 MB, within the goal; `sim_vs_loop` prints all of these.
 """
 
 
