@@ -89,6 +89,9 @@ class Nodes:
         self.partition_of: dict[int, int] = {}
         self._queried: set[int] = set()
         self.refused: set[int] = set()  # nodes whose report was invalid: never sampled
+        # Nodes whose client-id a connected node holds: not sampled, their claim tried again
+        # each round (a restarted node gets its slot once its old node id has left)
+        self.waiting: dict[int, int] = {}
         self.num_slots = num_clients  # N: run config num-clients, or what the nodes reported
         self.num_clients = num_clients
         self.client_data = client_data
@@ -153,6 +156,9 @@ class Nodes:
             self._bind_virtual(nodes)
             return
         self._connected = nodes
+        for node in sorted(set(self.waiting) & set(nodes)):
+            if not self._claim(node, self.waiting[node]):
+                del self.waiting[node]
         asked = [n for n in nodes if n not in self._queried]
         if not asked:
             return
@@ -213,7 +219,8 @@ class Nodes:
         for node in sorted(accepted):
             why = self._claim(node, accepted[node])
             if why:
-                refused[node] = why
+                log(WARNING, "node %d is not sampled while %s", node, why)
+                self.waiting[node] = accepted[node]
             claimed = claimed or not why
         self._refuse(refused)
         return simulated and claimed and self.num_slots > 0, anonymous
@@ -232,7 +239,8 @@ class Nodes:
         holder = next((n for n, p in self.partition_of.items() if p == slot and n != node), None)
         if holder is not None and holder in self._connected:
             return (f"client-id {slot} is held by node {holder}, which is connected: give every "
-                    "node its own client-id (or none: the server then gives it a free slot)")
+                    "node its own client-id (or none: the server then gives it a free slot); "
+                    "it takes the slot once that node has left")
         if holder is not None:
             log(INFO, "node %d takes client %d, held by node %d, which left", node, slot, holder)
             del self.partition_of[holder]
@@ -291,7 +299,7 @@ class Nodes:
             return sample_nodes(grid, self.min_available_nodes, size)[0]
         if self.identify_nodes:
             self.identify(grid, nodes, construct)
-            nodes = [n for n in nodes if n not in self.refused]
+            nodes = [n for n in nodes if n not in self.refused and n not in self.waiting]
             size = min(size, len(nodes))
         return self.rng.sample(self.ordered(nodes), size)
 

@@ -132,9 +132,29 @@ def test_a_client_id_gets_its_slot_though_an_anonymous_node_was_asked_first(capl
 def test_two_connected_nodes_never_hold_one_client_slot(caplog):
     grid = reporting_grid([{"own-data": 1, "partition-id": 1, "num-partitions": 2},
                            {"own-data": 1, "partition-id": 1, "num-partitions": 2}])
-    _, slots, refused = identified(grid)
-    assert slots == {0: 1} and refused == {1}
+    nodes, slots, refused = identified(grid)
+    assert slots == {0: 1} and not refused and list(nodes.waiting) == [grid.node_ids[1]]
     assert f"client-id 1 is held by node {grid.node_ids[0]}, which is connected" in caplog.text
+    for _ in range(3):  # not sampled while the holder is connected
+        sampled = nodes.sample(grid, 1.0, 1, lambda content, ids, kind: [])
+        assert sampled == [grid.node_ids[0]]
+
+
+def test_a_restarted_node_waits_for_its_old_node_id_to_leave_then_takes_its_slot():
+    """Flower keeps a restarted node's old node id online until its heartbeat lapses: the
+    new node id, claiming the same client-id, waits (not sampled) and is not locked out."""
+    grid = FakeGrid(1, lambda i, msg: RecordDict({"metrics": MetricRecord(
+        {"simulated": 0, "own-data": 1, "partition-id": 1, "num-partitions": 2})}))
+    nodes, _, _ = identified(grid)
+    old = grid.node_ids[0]
+    grid.node_ids.append(old + 1)  # the restarted node, while the old id is still online
+    _, _, refused = identified(grid, nodes=nodes)
+    assert nodes.partition_of == {old: 1} and not refused and nodes.waiting == {old + 1: 1}
+    grid.node_ids.remove(old)  # its heartbeat lapsed
+    identified(grid, nodes=nodes)
+    assert nodes.partition_of == {old + 1: 1} and not nodes.waiting and not nodes.refused
+    sampled = nodes.sample(grid, 1.0, 1, lambda content, ids, kind: [])
+    assert sampled == [old + 1]
 
 
 def test_a_restarted_node_with_a_new_node_id_takes_its_client_slot_back():
