@@ -31,7 +31,7 @@ from run_config import node_data_mismatch
 from .client_state_store import store_for
 from .client_step import LocalContext
 from .local_update import local_update
-from .settings import method_parts, settings
+from .settings import method_parts, node_client_id, settings
 from .received import check_train_config
 
 app = ClientApp()
@@ -65,27 +65,19 @@ def follow_links(context: Context) -> bool:
     return value
 
 
-def _node_value(node, names: tuple[str, str]) -> int | None:
-    """The node config's value of `names` (a key and its older name, read the same way), or
-    None; both given with different values is an error naming both."""
-    given = {name: int(node[name]) for name in names if name in node}
-    if len(set(given.values())) > 1:
-        raise ValueError(f"the node config has {names[0]} = {given[names[0]]} and {names[1]} = "
-                         f"{given[names[1]]}, two names of one setting: give one "
-                         "(docs/deployment.md#client-identity)")
-    return next(iter(given.values()), None)
-
-
 def partition_of(context: Context) -> tuple[int | None, int]:
     """The node's client id among N: `client-id` / `num-clients` of its node config (the older
     `partition-id` / `num-partitions` read the same way). Without own data it is also the
     partition of the dataset it trains on; with own data (`data-path`) it names the node, for
     sampling and per-client state. A node with its own data and no client id: (None, N or 0),
     the server gives it a slot (docs/deployment.md#client-identity)."""
-    node = context.node_config
-    pid = _node_value(node, ("client-id", "partition-id"))
-    n = _node_value(node, ("num-clients", "num-partitions"))
+    pid, n = node_client_id(context.node_config)
     if own_data_path(context) is not None:
+        if pid is None and n is not None:
+            raise ValueError(f"the node config has num-clients = {n} and no client-id: a node "
+                             "with its own data and no client-id gets a free slot from the "
+                             "server, among the run config's num-clients; give client-id too, "
+                             "or leave num-clients out (docs/deployment.md#client-identity)")
         return (None, 0) if pid is None else (pid, n or 0)
     if pid is None or n is None:
         raise KeyError(f"node config lacks {'client-id' if pid is None else 'num-clients'}: "

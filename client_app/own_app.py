@@ -35,7 +35,7 @@ from run_config import ConfigError, resolve
 
 from .client_state_store import store_for
 from .client_step import ClientStep, LocalContext
-from .settings import local_gc_layers, method_parts
+from .settings import local_gc_layers, method_parts, node_client_id
 
 NAME, CLASSIFIER = CONFIG_PREFIX + "name", CONFIG_PREFIX + "classifier"
 
@@ -112,7 +112,7 @@ class LocalMethod(ClientStep):
         classifier the server sent there (MOON's and FedDecorr's features are its input).
     context : Context | None (default: None)
         The ClientApp's context: methods with per-client state (SCAFFOLD, FedDyn, FedDC, MOON)
-        keep it per `partition-id` of `context.node_config`: on the node's disk, one version per
+        keep it per `client-id` of `context.node_config`: on the node's disk, one version per
         round, where the server's instruction names the version to start from (as the app's
         clients do: docs/baselines.md#client-state), else in `context.state`.
     train_labels : torch.Tensor | None (default: None)
@@ -138,8 +138,9 @@ class LocalMethod(ClientStep):
         node = context.node_config if context is not None else {}
         state = context.state if context is not None else None
         # the partition: the one the server names (dynamic clients), else the node's own
-        pid = int(config.get("partition-id", node.get("partition-id", 0)))  # pragma: no mutate
-        num_partitions = int(config.get("num-partitions", node.get("num-partitions", 0)))
+        node_id, node_n = node_client_id(node)
+        pid = int(config.get("partition-id", config.get("client-slot", node_id or 0)))
+        num_partitions = int(config.get("num-partitions", config.get("num-clients", node_n or 0)))
         ctx = LocalContext(
             down={k: v for k, v in msg.content.array_records.items() if k != arrayrecord_key},
             state=state, server_round=int(config.get("server-round", 0)), partition_id=pid,
@@ -197,12 +198,12 @@ def _missing(err: KeyError, cfg: dict) -> Exception:
 
 def query_reply(msg: Message, context: Context) -> Message:
     """The node's partition, for a strategy built with `identify_nodes=True`: register it with
-    `app.query()(query_reply)`. Reads `partition-id` and `num-partitions` of the node config."""
-    node = context.node_config
-    try:
-        pid, n = int(node["partition-id"]), int(node["num-partitions"])
-    except KeyError as err:
-        raise KeyError(f"node config lacks {err}: start the SuperNode with --node-config "
-                       "\"partition-id=<i> num-partitions=<n>\"") from None
+    `app.query()(query_reply)`. Reads `client-id` and `num-clients` of the node config (or
+    their older names `partition-id` and `num-partitions`)."""
+    pid, n = node_client_id(context.node_config)
+    if pid is None or n is None:
+        missing = "client-id" if pid is None else "num-clients"
+        raise KeyError(f"node config lacks {missing}: start the SuperNode with --node-config "
+                       "\"client-id=<i> num-clients=<n>\"")
     metrics = MetricRecord({"partition-id": pid, "num-partitions": n, "simulated": 0})
     return Message(content=RecordDict({"metrics": metrics}), reply_to=msg)

@@ -24,6 +24,24 @@ from run_config import resolve
 from .local_update import LocalConfig
 
 
+def node_client_id(node: Mapping[str, Any]) -> tuple[int | None, int | None]:
+    """The node config's client id and N: `client-id` / `num-clients`, the older
+    `partition-id` / `num-partitions` read as the same settings (None where not given); one
+    setting given by both names with different values is an error naming both
+    (docs/deployment.md#client-identity)."""
+    return (_node_value(node, ("client-id", "partition-id")),
+            _node_value(node, ("num-clients", "num-partitions")))
+
+
+def _node_value(node: Mapping[str, Any], names: tuple[str, str]) -> int | None:
+    given = {name: int(node[name]) for name in names if name in node}
+    if len(set(given.values())) > 1:
+        raise ValueError(f"the node config has {names[0]} = {given[names[0]]} and {names[1]} = "
+                         f"{given[names[1]]}, two names of one setting: give one "
+                         "(docs/deployment.md#client-identity)")
+    return next(iter(given.values()), None)
+
+
 @dataclass(frozen=True)
 class ClientSettings:
     cfg: dict[str, Any]  # the resolved run config

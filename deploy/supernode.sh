@@ -12,7 +12,8 @@
 #   --key PRIVATE_KEY  this node's EC private key; its .pub must be registered with the SuperLink
 #   --data-path DIR    the node's own data (a run with client-data='own'; docs/deployment.md)
 #   --client-id I, --num-clients N   the node's client id among N (0-based). With --data-path
-#                      both may be left out (the server gives the node a free slot); without
+#                      both may be left out (the server gives the node a free slot among the
+#                      run config's num-clients), not --num-clients alone; without
 #                      it they are required and also choose the node's partition of the run's
 #                      dataset (client-data='partitions': demos, rehearsals)
 #   --cache-dir DIR    where the node keeps its prepared data (default ~/.cache/fedacg-gc/
@@ -71,6 +72,12 @@ esac
 if [ -z "$data" ] && { [ -z "$cid" ] || [ -z "$n" ]; }; then
     echo "without --data-path the node trains on partition --client-id of --num-clients of the" >&2
     echo "run's dataset: give both (or --data-path, the node's own data)" >&2
+    exit 2
+fi
+if [ -n "$data" ] && [ -z "$cid" ] && [ -n "$n" ]; then
+    echo "--num-clients without --client-id: a node with --data-path and no client id gets a" >&2
+    echo "free slot from the server among the run config's num-clients; give --client-id too," >&2
+    echo "or leave --num-clients out" >&2
     exit 2
 fi
 config=""

@@ -178,6 +178,24 @@ def test_a_bad_classifier_names_the_method():
         LocalMethod(msg, nn.Sequential(nn.Linear(2, 3), nn.ReLU(), nn.Linear(3, 2)))
 
 
+@pytest.mark.parametrize("node_config", [
+    {"client-id": 2, "num-clients": 4},  # deploy/supernode.sh's names
+    {"partition-id": 2, "num-partitions": 4},  # the older names
+])
+def test_the_client_id_is_read_by_either_name(node_config):
+    model = nn.Linear(3, 2)
+    context = Context(run_id=1, node_id=9, node_config=node_config, state=RecordDict(),
+                      run_config={})
+    method = LocalMethod(instruction(Method("scaffold"), model), model, context)
+    assert (method.ctx.partition_id, method.ctx.num_partitions) == (2, 4)
+    reply = query_reply(Message(RecordDict(), dst_node_id=9, message_type="query"), context)
+    metrics = reply.content["metrics"]
+    assert (metrics["partition-id"], metrics["num-partitions"]) == (2, 4)
+    context.node_config.pop(next(iter(node_config)))
+    with pytest.raises(KeyError, match="node config lacks client-id"):
+        query_reply(Message(RecordDict(), dst_node_id=9, message_type="query"), context)
+
+
 # --- end to end: the strategies with a ClientApp of one's own -------------------------------
 def own_client_app(seed=0):
     """A user's ClientApp `train` on its own tiny linearly separable data, one node per
@@ -193,7 +211,7 @@ def own_client_app(seed=0):
     def train(msg, context):
         model = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
         model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
-        x, y = node_data(context.node_config["partition-id"])
+        x, y = node_data(context.node_id)
         method = LocalMethod(msg, model, context, train_labels=y, num_classes=3)
         opt = torch.optim.SGD(model.parameters(), lr=msg.content["config"]["lr"])
         for i in range(0, 30, 10):
@@ -209,9 +227,10 @@ def own_client_app(seed=0):
     contexts = {}
 
     def handler(i, msg):
+        node_config = {"client-id": i, "num-clients": 4} if i % 2 else {  # supernode.sh's
+            "partition-id": i, "num-partitions": 4}  # names, and the older ones
         context = contexts.setdefault(i, Context(
-            run_id=1, node_id=i, node_config={"partition-id": i, "num-partitions": 4},
-            state=RecordDict(), run_config={}))
+            run_id=1, node_id=i, node_config=node_config, state=RecordDict(), run_config={}))
         if msg.metadata.message_type == "query":
             return query_reply(msg, context)
         return train(msg, context)

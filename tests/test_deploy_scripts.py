@@ -145,6 +145,7 @@ def test_supernode_node_config_is_built_from_the_options(options, node_config, s
      "--node-config sets partition-id"),  # one setting given twice
     (["--data-path", "/d", "--node-config", "data-path='/e'"], "--node-config sets data-path"),
     (["--data-path", "/it's"], "cannot be passed"),
+    (["--data-path", "/d", "--num-clients", "3"], "--num-clients without --client-id"),
 ])
 def test_supernode_refuses_settings_it_could_not_honour(options, says, stubs):
     env, creds = stubs

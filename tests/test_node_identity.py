@@ -217,3 +217,16 @@ def test_two_different_client_ids_in_one_node_config_are_refused():
                   run_config={})
     with pytest.raises(ValueError, match="client-id = 1 and partition-id = 0, two names of one"):
         partition_of(ctx)
+
+
+def test_num_clients_without_a_client_id_on_a_node_with_own_data_is_refused():
+    """N alone would be dropped (the server gives such a node a slot among the run config's
+    num-clients): the node says so instead of training under another N."""
+    from flwr.app import Context
+
+    from client_app.app import partition_of
+
+    ctx = Context(run_id=1, node_id=1, node_config={"data-path": "/d", "num-clients": 3},
+                  state=RecordDict(), run_config={})
+    with pytest.raises(ValueError, match="num-clients = 3 and no client-id"):
+        partition_of(ctx)
