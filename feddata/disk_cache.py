@@ -18,9 +18,9 @@ schema's data group, so a data key added there must be added here), the partitio
 count, the versions of the data libraries and a hash of the data code (`feddata/*.py`), so a
 changed split or preprocessing never reads a stale file.
 
-Repair: a file that cannot be read, has another key, or lacks a tensor is rebuilt and replaced;
-`<name>.<pid>.<random>.tmp` files left by a writer that was killed (its process is gone, or the
-file is older than STALE_TMP_SECONDS) are removed when the folder is next written to.
+Repair: a file that cannot be read (or is no regular file), has another key, or lacks a tensor
+is rebuilt and replaced; temporary files left by a writer that was killed are removed by
+`fileio.atomic` when the folder is next written to.
 
 A node's own data (node config `data-path`, docs/deployment.md#own-data) is kept the same way
 (`load_prepared_own_data`): the first process decodes and checks the folder
@@ -41,7 +41,6 @@ import hashlib
 import json
 import os
 import stat
-import time
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -49,6 +48,8 @@ from typing import Any, Callable, Mapping
 import torch
 
 from fileio.atomic import write_torch_atomic
+from fileio.errors import UnusableFile
+from fileio.reading import open_regular
 
 from .partition import PreparedPartition
 
@@ -69,7 +70,6 @@ OWN_DATA_KEY_NAMES: tuple[str, ...] = (
     "client-val-fraction", "seed")
 _DATA_LIBRARIES = ("datasets", "numpy", "pillow")  # what reads, decodes and splits the data
 _FEDDATA = Path(__file__).resolve().parent
-STALE_TMP_SECONDS = 600.0  # a cache write takes seconds; an older .tmp file is a dead write's
 
 
 def cache_dir(node_config: Mapping[str, Any] | None = None) -> Path | None:
@@ -131,12 +131,12 @@ def _build(cfg: Mapping[str, Any], partition_id: int, num_partitions: int) -> Pr
 
 
 def _read(path: Path, key: dict[str, Any]) -> PreparedPartition | None:
-    try:  # the file itself, never a link put at its name
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    except OSError:  # missing, or a link: rebuild (the writer replaces the name)
+    try:  # a regular file, never a link put at its name nor a pipe (which would block)
+        f = open_regular(path)
+    except (OSError, UnusableFile):  # missing, a link, a pipe: rebuild (the writer replaces it)
         return None
     try:
-        with os.fdopen(fd, "rb") as f:
+        with f:
             blob = torch.load(f, weights_only=True)
     except Exception:  # a truncated or foreign file: rebuild it
         return None
@@ -154,39 +154,6 @@ def _read(path: Path, key: dict[str, Any]) -> PreparedPartition | None:
         return None
 
 
-def _writer_gone(tmp: Path) -> bool:
-    """Whether the process named in `.<name>.<pid>.<random>.tmp` (`fileio.atomic`'s temporary
-    name) is not running here."""
-    parts = tmp.name.split(".")
-    try:
-        pid = int(parts[-3])
-    except (IndexError, ValueError):
-        return False
-    if pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
-
-
-def remove_stale_tmp(folder: Path) -> list[Path]:
-    """Delete the .tmp files of killed writers in `folder`; returns them."""
-    removed = []
-    now = time.time()
-    for tmp in folder.glob("*.tmp"):
-        try:
-            if _writer_gone(tmp) or now - tmp.stat().st_mtime > STALE_TMP_SECONDS:
-                tmp.unlink()
-                removed.append(tmp)
-        except FileNotFoundError:  # another process removed or renamed it
-            pass
-    return removed
-
-
 def _write(path: Path, key: dict[str, Any], part: PreparedPartition) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     blob = {
@@ -195,7 +162,6 @@ def _write(path: Path, key: dict[str, Any], part: PreparedPartition) -> None:
         "val_x": part.val_x.contiguous(), "val_y": part.val_y.contiguous(),
         "in_shape": list(part.in_shape), "num_classes": part.num_classes,
     }
-    remove_stale_tmp(path.parent)
     # atomic: a concurrent reader sees the old file or the whole new one
     write_torch_atomic(path, blob)
 
@@ -219,10 +185,12 @@ def load_prepared_partition(
 
 
 def folder_listing(folder: Path) -> tuple[str, int]:
-    """(sha256 of the listing, entries) of everything under `folder`: each entry's path
-    relative to it, kind, size and modification and change times (ns), from `lstat` only: no
-    file is opened, no link followed (a link is listed with its target text; what it points to
-    is not visited). `folder` itself may be a link to the folder: its real path names it."""
+    """(sha256 of the listing, entries) of everything under `folder` that the reader may read:
+    each entry's path relative to it, kind, size and modification and change times (ns), from
+    `lstat` only: no file is opened, no link followed (a link is listed with its target text;
+    what it points to is not visited). Hidden entries (a name starting with '.', which the
+    reader skips: `.DS_Store`, a `.cache` folder) are left out, so that they cannot make every
+    load a miss. `folder` itself may be a link to the folder: its real path names it."""
     h = hashlib.sha256()
     count = 0
     todo = [("", folder)]
@@ -230,6 +198,8 @@ def folder_listing(folder: Path) -> tuple[str, int]:
         rel, where = todo.pop()
         with os.scandir(where) as entries:
             for entry in sorted(entries, key=lambda e: e.name):
+                if entry.name.startswith("."):  # pragma: no mutate (a test holds it)
+                    continue
                 st = entry.stat(follow_symlinks=False)
                 name = f"{rel}/{entry.name}" if rel else entry.name
                 if stat.S_ISLNK(st.st_mode):
@@ -292,6 +262,7 @@ def load_prepared_own_data(cfg: Mapping[str, Any], path: str, folder: Path | Non
     key = own_data_key(cfg, path) if folder is not None and not follow_links else None
     if key is None:
         return read()
+    _refuse_cache_inside(folder, Path(key["own-data"]))
     target = own_data_file(folder, key)
     part = _cached(target, key, read)
     where, listing = target.name.split("-")[1:3]
@@ -300,6 +271,19 @@ def load_prepared_own_data(cfg: Mapping[str, Any], path: str, folder: Path | Non
             older.unlink(missing_ok=True)
             _memory.pop(older, None)
     return part
+
+
+def _refuse_cache_inside(cache: Path, data: Path) -> None:
+    """A cache folder inside the data folder (not under a hidden folder there) would be read
+    as data, and change the folder's listing on every write: refused, naming the fix."""
+    try:
+        inside = Path(os.path.realpath(cache)).relative_to(data)
+    except ValueError:
+        return
+    if not any(part.startswith(".") for part in inside.parts):
+        raise ValueError(f"the data cache folder {cache} is inside the node's data folder "
+                         f"{data}: give the node a cache-dir outside it (--node-config "
+                         "\"cache-dir='<folder>'\", deploy/supernode.sh --cache-dir)")
 
 
 def _cached(path: Path, key: dict[str, Any],

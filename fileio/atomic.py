@@ -6,9 +6,10 @@ checkpoints, plots, the final model, client state, the partition cache, FedVARP'
 bytes go to a temporary file of a unique name beside the target (created exclusively, never
 through a link), are flushed to disk, and the file is renamed over the target, whose folder is
 then flushed too. A reader, or a crash while writing, sees the old file or the whole new one; a
-link at the target's name is replaced, never written through. A write that fails (a full disk, a
-read-only file system, no permission) is an `UnusableFile` naming the file, the folder and the
-fix.
+link at the target's name is replaced, never written through. The temporary files a killed
+writer left are removed at the first write into their folder (`remove_stale_tmp`). A write
+that fails (a full disk, a read-only file system, no permission) is an `UnusableFile` naming
+the file, the folder and the fix.
 """
 
 from __future__ import annotations
@@ -16,7 +17,10 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import re
 import secrets
+import stat
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
@@ -24,13 +28,61 @@ from typing import BinaryIO
 from .errors import UnusableFile
 
 TMP_SUFFIX = ".tmp"
+# `.<name>.<pid>.<8 hex>.tmp`: only names of this form are ever removed as leftovers
+_TMP_NAME = re.compile(r"^\..+\.(\d+)\.[0-9a-f]{8}\.tmp$", re.DOTALL)
+_NAME_BYTES = 200  # a longer target name is shortened in the temporary one (255 is the limit)
+STALE_TMP_SECONDS = 600.0  # a write takes seconds; an older temporary file is a dead write's
+_swept: set[str] = set()  # the folders whose leftovers this process has removed
 
 
 def temporary_name(path: Path) -> Path:
     """`.<name>.<pid>.<random>.tmp` beside `path`: unique per writer, so that two processes (or
     threads) writing the same file never share one; the pid tells a dead writer's leftover
-    (`remove_stale_tmp` of the partition cache)."""
-    return path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}{TMP_SUFFIX}")
+    (`remove_stale_tmp`). A name too long to take the 22 more bytes is shortened to a hash."""
+    name = path.name
+    if len(os.fsencode(name)) > _NAME_BYTES:
+        name = hashlib.sha256(os.fsencode(name)).hexdigest()[:16]
+    return path.with_name(f".{name}.{os.getpid()}.{secrets.token_hex(4)}{TMP_SUFFIX}")
+
+
+def _writer_gone(tmp: Path) -> bool:
+    """Whether the process named in a temporary name is not running here."""
+    match = _TMP_NAME.match(tmp.name)
+    pid = int(match.group(1)) if match else os.getpid()
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, OverflowError):
+        return False
+    return False
+
+
+def remove_stale_tmp(folder: Path) -> list[Path]:
+    """Delete the temporary files that killed writers left in `folder` (names of
+    `temporary_name`'s form only, whose process is gone or which are older than
+    STALE_TMP_SECONDS); returns them. A file that is not a regular file is left alone."""
+    removed = []
+    now = time.time()
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return removed
+    for entry in entries:
+        if not entry.name.endswith(TMP_SUFFIX) or not _TMP_NAME.match(entry.name):
+            continue
+        try:
+            st = entry.stat(follow_symlinks=False)
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            if _writer_gone(Path(entry.path)) or now - st.st_mtime > STALE_TMP_SECONDS:
+                os.unlink(entry.path)
+                removed.append(Path(entry.path))
+        except OSError:  # another process removed or renamed it, or no permission
+            pass
+    return removed
 
 
 def _sync_folder(folder: Path) -> None:
@@ -53,10 +105,15 @@ def write_atomic(path: Path, write: Callable[[BinaryIO], None], mode: int = 0o66
     while writing, sees the old file or the whole new one. The temporary file is removed on
     failure."""
     path = Path(path)
+    if str(path.parent) not in _swept:  # once per folder and process: a scan per write is not
+        _swept.add(str(path.parent))  # needed, a dead writer's leftovers do not pile up
+        remove_stale_tmp(path.parent)
     tmp = temporary_name(path)
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    created = False
     try:
         fd = os.open(tmp, flags, mode)
+        created = True
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
@@ -68,8 +125,11 @@ def write_atomic(path: Path, write: Callable[[BinaryIO], None], mode: int = 0o66
         raise UnusableFile(f"cannot write {path}: {err.strerror or err}: {_fix(err, path)}"
                            ) from None
     finally:
-        if tmp.exists() or tmp.is_symlink():
-            tmp.unlink()
+        if created:
+            try:
+                os.unlink(tmp)  # (after the rename: gone already)
+            except OSError:
+                pass
     _sync_folder(path.parent)
 
 

@@ -58,3 +58,44 @@ def test_a_write_that_dies_half_way_keeps_the_old_file(tmp_path):
     assert path.read_bytes() == b"old" and os.listdir(tmp_path) == ["state.pt"]
     write_atomic(path, lambda f: f.write(b"new"))
     assert path.read_bytes() == b"new" and os.listdir(tmp_path) == ["state.pt"]
+
+
+def test_a_name_near_the_limit_is_written_and_no_temporary_file_is_left(tmp_path):
+    """The temporary name adds about 22 bytes: a target name of 250 bytes still gets one, and
+    a name the system refuses is an error naming the file, with nothing left behind."""
+    from fileio.errors import UnusableFile
+
+    path = tmp_path / ("r" * 250)
+    write_atomic(path, lambda f: f.write(b"ok"))
+    assert path.read_bytes() == b"ok" and os.listdir(tmp_path) == [path.name]
+    with pytest.raises(UnusableFile, match="cannot write .*File name too long"):
+        write_atomic(tmp_path / ("r" * 300), lambda f: f.write(b"no"))
+    assert os.listdir(tmp_path) == [path.name]
+
+
+def test_a_dead_writers_temporary_files_are_removed_at_the_next_write_there(tmp_path):
+    """Only names of the writer's own form, whose process is gone or which are old; a live
+    writer's, a person's own .tmp file and a link are kept."""
+    import subprocess
+    import sys
+    import time
+
+    from fileio import atomic
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    gone = tmp_path / f".results.json.{dead}.0a1b2c3d.tmp"  # its process has ended
+    old = tmp_path / f".m.pt.{os.getpid()}.00ff00ff.tmp"  # this process's, 20 minutes old
+    live = tmp_path / f".m.pt.{os.getpid()}.11ff11ff.tmp"  # this process's, just made
+    mine = tmp_path / "notes.tmp"  # a person's own file
+    link = tmp_path / f".x.{dead}.22ff22ff.tmp"
+    for f in (gone, old, live, mine):
+        f.write_bytes(b"partial")
+    link.symlink_to(mine)
+    long_ago = time.time() - 1200
+    os.utime(old, (long_ago, long_ago))
+    os.utime(mine, (long_ago, long_ago))
+    atomic._swept.discard(str(tmp_path))
+    write_atomic(tmp_path / "results.json", lambda f: f.write(b"{}"))
+    assert sorted(os.listdir(tmp_path)) == sorted(
+        ["results.json", live.name, mine.name, link.name])

@@ -4,6 +4,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from feddata import DATA_KEYS, load_client_data
@@ -248,3 +249,28 @@ def test_own_data_key_opens_no_file_and_follows_no_link(tmp_path, monkeypatch):
     (tmp_path / "alias").symlink_to(folder)
     assert disk_cache.own_data_key(cfg, str(tmp_path / "alias"))["own-data"] == str(folder)
     assert disk_cache.own_data_key(cfg, str(tmp_path / "missing")) is None
+
+
+def test_own_data_hidden_entries_do_not_change_the_key(tmp_path):
+    """The reader skips hidden entries (a Finder's .DS_Store, a .cache folder): their changes
+    leave the key, and so the cached copy, as it is."""
+    folder = image_folder(tmp_path)
+    cfg = own_cfg()
+    before = disk_cache.own_data_key(cfg, str(folder))
+    (folder / ".DS_Store").write_bytes(b"finder")
+    (folder / ".cache" / "x").mkdir(parents=True)
+    (folder / ".cache" / "x" / "y.pt").write_bytes(b"1")
+    assert disk_cache.own_data_key(cfg, str(folder)) == before
+    (folder / "3" / "new.png").write_bytes(b"not hidden")
+    assert disk_cache.own_data_key(cfg, str(folder))["listing"] != before["listing"]
+
+
+def test_a_cache_folder_inside_the_data_folder_is_refused(tmp_path):
+    folder = image_folder(tmp_path)
+    with pytest.raises(ValueError, match="is inside the node's data folder"):
+        fresh_load(own_cfg(), folder, folder / "cache")
+    assert not (folder / "cache").exists()
+    part = fresh_load(own_cfg(), folder, folder / ".cache")  # hidden: the reader skips it
+    assert same(part, fresh_load(own_cfg(), folder, folder / ".cache"))
+    assert len(list((folder / ".cache").glob("own-*.pt"))) == 1
+

@@ -555,6 +555,26 @@ def test_the_check_command_does_not_wait_on_a_named_pipe(tmp_path):
     assert done.returncode == 1 and "pipe.png is a named pipe (FIFO)" in done.stderr
 
 
+def test_a_named_pipe_at_the_nodes_cache_files_name_is_replaced_not_waited_on(tmp_path):
+    """A FIFO where a node's cached copy of its data should be: rebuilt, never opened."""
+    from feddata import disk_cache
+
+    folder = folder_of_images(tmp_path / "d", {"0/a.png": png(grey(1)), "1/b.png": png(grey(2)),
+                                               "2/c.png": png(grey(3))})
+    from run_config import resolve
+
+    cfg = resolve({**custom(), "client-data": "own", "test-data": "none",
+                   "fraction-evaluate": 0.5})
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    target = disk_cache.own_data_file(cache, disk_cache.own_data_key(cfg, str(folder)))
+    os.mkfifo(target)
+    disk_cache._memory.clear()
+    with time_bound(), guarded(tmp_path, cache):
+        part = disk_cache.load_prepared_own_data(cfg, str(folder), cache)
+    assert target.is_file() and sorted(part.train_y.tolist() + part.val_y.tolist()) == [0, 1, 2]
+
+
 # --- run folders, the ServerApp's writes and reads ---------------------------------------------
 SMALL = {"num-server-rounds": 1, "local-iterations": 1, "fraction-train": 1.0,
          "checkpoint-every": 1}
