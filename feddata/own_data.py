@@ -38,17 +38,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fileio.names import safe_name
+from fileio.names import plain_name
 from fileio.reading import kind_of, open_regular, read_json_bounded
 
 from .decode import (IMAGE_SUFFIXES, LabelRefused, PixelsRefused, char_indices, class_indices,
                      open_image, pixels_8bit, shown_size)
-from .sources import DataSourceError
+from .sources import MARKER_LIMIT, DataSourceError
 from .specs import LEAF_CHARS, DatasetSpec
 
 LABEL_FOLDER = re.compile(r"0|[1-9][0-9]*")  # a label index written plainly
 SYSTEM_FILES = {"thumbs.db", "desktop.ini"}  # (hidden ones: any name starting with '.')
-MARKER_LIMIT = 16 * 2**20  # dataset_dict.json / state.json: a few hundred bytes when written
 
 
 class OwnDataError(DataSourceError):
@@ -272,7 +271,7 @@ def _splits(tree: _Folder) -> dict[str, list[tuple[Path, Callable]]]:
     if (root / "dataset_dict.json").exists():
         splits = _json(tree, root / "dataset_dict.json")
         splits = splits.get("splits") if isinstance(splits, dict) else None
-        if not isinstance(splits, list) or not all(_plain(s) for s in splits):
+        if not isinstance(splits, list) or not all(plain_name(s) for s in splits):
             raise OwnDataError(f"{root / 'dataset_dict.json'}: 'splits' is {splits!r}, not a "
                                "list of split names (plain folder names): save the data again "
                                "with save_to_disk")
@@ -306,10 +305,6 @@ def _skip_rest(tree: _Folder, folder: Path, used: set[str]) -> None:
             tree.skip(entry, "entries the layout does not read")
 
 
-def _plain(name) -> bool:
-    return isinstance(name, str) and safe_name(name) == name and not name.startswith(".")
-
-
 def _json(tree: _Folder, path: Path):
     if tree.kind(path) != "file":
         raise OwnDataError(f"{path} is a folder: save the data again with save_to_disk")
@@ -329,7 +324,7 @@ def _arrow_files(tree: _Folder, folder: Path) -> list[tuple[Path, Callable]]:
     listed = state.get("_data_files") if isinstance(state, dict) else None
     names = [f.get("filename") if isinstance(f, dict) else None for f in listed] if isinstance(
         listed, list) else None
-    if not names or not all(_plain(n) and n.endswith(".arrow") for n in names):
+    if not names or not all(plain_name(n) and n.endswith(".arrow") for n in names):
         raise OwnDataError(f"{state_file}: '_data_files' is {listed!r}, not a list of .arrow "
                            "file names in its folder: save the data again with save_to_disk")
     _skip_rest(tree, folder, {"state.json", "dataset_info.json", *names})

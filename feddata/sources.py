@@ -25,13 +25,17 @@ imported only here, when a run reads such data (docs/performance.md#the-simulati
 from __future__ import annotations
 
 import glob
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from fileio.names import plain_name
+from fileio.reading import read_json_bounded
+
 from .specs import DatasetSpec
+
+MARKER_LIMIT = 16 * 2**20  # dataset_dict.json / state.json: a few hundred bytes when written
 
 
 class DataSourceError(ValueError):
@@ -44,7 +48,7 @@ def local_copy_kwargs(path: str) -> dict[str, Any]:
     if not folder.exists():
         raise DataSourceError(f"dataset-path '{path}' does not exist")
     if (folder / "dataset_dict.json").exists():  # DatasetDict.save_to_disk
-        splits = json.loads((folder / "dataset_dict.json").read_text())["splits"]
+        splits = _split_names(folder / "dataset_dict.json")
         files = {s: sorted(glob.glob(str(folder / s / "*.arrow"))) for s in splits}
     elif (folder / "state.json").exists():  # Dataset.save_to_disk: one split, taken as train
         files = {"train": sorted(glob.glob(str(folder / "*.arrow")))}
@@ -56,6 +60,20 @@ def local_copy_kwargs(path: str) -> dict[str, Any]:
     if empty:
         raise DataSourceError(f"dataset-path '{path}': no .arrow files for split(s) {empty}")
     return {"path": "arrow", "data_files": files}
+
+
+def _split_names(path: Path) -> list[str]:
+    """The `splits` of a save_to_disk `dataset_dict.json`, read bounded (a few hundred bytes
+    when `datasets` writes it), each a plain folder name (never '..' or a path)."""
+    try:
+        saved = read_json_bounded(path, MARKER_LIMIT, follow_links=True)
+    except OSError as err:  # UnusableFile: too large, not JSON, not a regular file
+        raise DataSourceError(f"dataset-path: {err}") from None
+    splits = saved.get("splits") if isinstance(saved, dict) else None
+    if not isinstance(splits, list) or not splits or not all(plain_name(s) for s in splits):
+        raise DataSourceError(f"{path}: 'splits' is {splits!r}, not a list of split names "
+                              "(plain folder names): save the data again with save_to_disk")
+    return splits
 
 
 def _grouped_holdout(ids: np.ndarray, fraction: float, seed: int, temporal: bool) -> np.ndarray:

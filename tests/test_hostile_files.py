@@ -575,6 +575,33 @@ def test_a_named_pipe_at_the_nodes_cache_files_name_is_replaced_not_waited_on(tm
     assert target.is_file() and sorted(part.train_y.tolist() + part.val_y.tolist()) == [0, 1, 2]
 
 
+@pytest.mark.parametrize("marker, says", [
+    (json.dumps({"splits": ["train", "../../elsewhere"]}).encode(), "not a list of split names"),
+    (json.dumps({"splits": "train"}).encode(), "not a list of split names"),
+    (b"{not json", "dataset_dict.json is not valid JSON"),
+    (b" " * (17 * 2**20), "more than the 16.0 MiB"),
+    ("fifo", "is a named pipe (FIFO)"),
+], ids=["a-path", "a-string", "not-json", "huge", "fifo"])
+def test_a_servers_dataset_path_marker_is_read_bounded_and_its_splits_checked(tmp_path, marker,
+                                                                               says):
+    """The server's copy of a hub dataset (`dataset-path`): its save_to_disk marker."""
+    from feddata.sources import DataSourceError, local_copy_kwargs
+
+    folder = tmp_path / "copy"
+    (folder / "train").mkdir(parents=True)
+    (folder / "train" / "data-00000-of-00001.arrow").write_bytes(b"")
+    if marker == "fifo":
+        os.mkfifo(folder / "dataset_dict.json")
+    else:
+        (folder / "dataset_dict.json").write_bytes(marker)
+    with time_bound(), pytest.raises(DataSourceError, match=re.escape(says)):
+        local_copy_kwargs(str(folder))
+    (folder / "dataset_dict.json").unlink()
+    (folder / "dataset_dict.json").write_text(json.dumps({"splits": ["train"]}))
+    assert local_copy_kwargs(str(folder))["data_files"] == {
+        "train": [str(folder / "train" / "data-00000-of-00001.arrow")]}
+
+
 # --- run folders, the ServerApp's writes and reads ---------------------------------------------
 SMALL = {"num-server-rounds": 1, "local-iterations": 1, "fraction-train": 1.0,
          "checkpoint-every": 1}
@@ -1033,10 +1060,11 @@ def test_safe_name_keeps_names_in_their_folder():
     from fileio.names import safe_name
 
     for name in ["..", ".", "", "a/b", "a\\b", "x\x00y", "n\nl", "\udc80", "é" * 200, "../x",
-                 "ok name", "résumé", ".hidden"]:
+                 "c1\x85\x9b", "line\u2028par\u2029", "ok name", "résumé", ".hidden"]:
         made = safe_name(name)
         assert made not in ("", ".", "..") and "/" not in made and "\\" not in made
-        assert all(ord(c) >= 32 and ord(c) != 127 for c in made)
+        assert all(ord(c) >= 32 and not 127 <= ord(c) <= 159 for c in made)
+        assert "\u2028" not in made and "\u2029" not in made  # (str.splitlines breaks there)
         assert len(made.encode()) <= 255
         if name in ("ok name", "résumé", ".hidden"):
             assert made == name
