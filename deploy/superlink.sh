@@ -65,4 +65,4 @@ exec flower-superlink \
     --enable-supernode-auth \
     --disable-runtime-dependency-installation \
     --host "$host" --port "$port" \
-    "${db[@]}" "$@"
+    ${db[@]+"${db[@]}"} "$@"  # (an empty array under set -u: bash 3.2, macOS)

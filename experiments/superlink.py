@@ -82,7 +82,9 @@ def process_groups_under(root: int) -> set[int]:
     return {pgid for pid, _, pgid in table if pid in tree and pgid in tree}
 
 
-def _alive(groups: set[int]) -> set[int]:
+def _alive(groups: set[int], root: int | None = None) -> set[int]:
+    """The groups of `groups` that still have a process; `-root` stands for `root` itself
+    while it runs."""
     out = set()
     for g in groups:
         try:
@@ -90,31 +92,52 @@ def _alive(groups: set[int]) -> set[int]:
             out.add(g)
         except (ProcessLookupError, PermissionError):
             pass
+    if root is not None and _signal(root, 0):
+        out.add(-root)
     return out
+
+
+def _signal(pid: int, sig: int) -> bool:
+    """Send `sig` to the process `pid`; whether it was there (and ours)."""
+    try:
+        os.kill(pid, sig)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
 
 
 def stop_process_tree(root: int, grace: float = 15.0,
                       child: subprocess.Popen | None = None) -> None:
-    """SIGTERM the process groups led by `root` and the processes under it; SIGKILL what is
-    left after `grace` seconds. `child`: the Popen of `root` when it is ours (to reap it)."""
+    """SIGTERM `root` itself and the process groups led by it and the processes under it;
+    SIGKILL what is left after `grace` seconds (`root` need not lead a group: a SuperLink that
+    `flwr run .` started does not). `child`: the Popen of `root` when it is ours (to reap it)."""
     groups = process_groups_under(root) | {root}
     for g in groups:
         try:
             os.killpg(g, signal.SIGTERM)
         except (ProcessLookupError, PermissionError):
             pass
+    _signal(root, signal.SIGTERM)
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline:
         if child is not None:
             child.poll()  # a dead child stays a zombie, and its group alive, until reaped
-        if not _alive(groups):
+        if not _alive(groups, None if child is not None and child.returncode is not None
+                      else root):
             break
         time.sleep(0.5)
-    for g in _alive(groups):
+    left = _alive(groups, None if child is not None and child.poll() is not None else root)
+    for g in left - {-root}:
         try:
             os.killpg(g, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+    if -root in left:
+        _signal(root, signal.SIGKILL)
+
+
+class PortTaken(RuntimeError):
+    """The port chosen was taken before the SuperLink could listen on it."""
 
 
 class LocalSuperLink:
@@ -135,7 +158,18 @@ class LocalSuperLink:
         if shutil.which("flower-superlink") is None:
             raise RuntimeError("flower-superlink not found: install the app (pip install -e .)")
         self.home.mkdir(parents=True, exist_ok=True)
-        self.port = free_port()
+        for attempt in range(3):  # a free port can be taken before the SuperLink binds it
+            try:
+                return self._start_on(free_port())
+            except PortTaken:
+                if attempt == 2:
+                    raise RuntimeError("the SuperLink did not start: three free ports were "
+                                       "taken before it could listen (a busy machine); try "
+                                       "again") from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _start_on(self, port: int) -> "LocalSuperLink":
+        self.port = port
         write_text_atomic(
             self.home / "config.toml",
             '[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = ":local:"\n\n'
@@ -151,22 +185,30 @@ class LocalSuperLink:
         while True:
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=1) as r:
-                    if r.status == 200:
+                    # ours, not another user's that took the port first (then ours exits)
+                    if r.status == 200 and self.proc.poll() is None and _mine(self.port):
                         return self
             except (urllib.error.URLError, OSError):
                 pass
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 text = read_tail(self.home / "superlink.log", 2000).decode(errors="replace")
-                self.stop()
+                self._stop_process()
+                if "address already in use" in text.lower():
+                    raise PortTaken(text)
+                if self._own_home:
+                    shutil.rmtree(self.home, ignore_errors=True)
                 raise RuntimeError(f"the SuperLink did not start:\n{text}")
             time.sleep(0.5)
 
-    def stop(self) -> None:
+    def _stop_process(self) -> None:
         if self.proc is not None:
             if self.proc.poll() is None:
                 stop_process_tree(self.proc.pid, child=self.proc)
             self.proc.wait()
         self.proc = None
+
+    def stop(self) -> None:
+        self._stop_process()
         if self._own_home:
             shutil.rmtree(self.home, ignore_errors=True)
 
@@ -267,6 +309,14 @@ def _command(pid: int | None) -> str:
         return ""
 
 
+def _mine(port: int) -> bool:
+    """Whether the socket listening on `port` is this user's (True where the system does
+    not say)."""
+    if not Path("/proc/net/tcp").exists():
+        return True
+    return any(uid == os.getuid() for uid, _ in listening(port))
+
+
 def _answers(port: int) -> bool:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as r:
@@ -317,6 +367,12 @@ def describe_port(port: int, holder: PortHolder | None) -> str:
             f"python -m experiments.superlink stop --port {port}")
 
 
+# What `start` prints on stdout when it fails: `eval "$(... start)"` then fails too, so the
+# README's `eval "$(python -m experiments.superlink start)" && flwr run .` does not submit to
+# whatever holds Flower's default port
+NOT_STARTED = "false"
+
+
 def start(folder: Path) -> int:
     rec = read_record(folder)
     if rec and recorded_alive(rec):
@@ -324,8 +380,14 @@ def start(folder: Path) -> int:
         print(f"your SuperLink already runs on 127.0.0.1:{rec['port']} (PID {rec['pid']})",
               file=sys.stderr)
         return 0
+    given = os.environ.get(PORT_VARIABLE, "")
+    if given and not (given.isdigit() and 0 < int(given) < 65536):
+        print(f"error: {PORT_VARIABLE}={given!r} is not a port number: unset it (unset "
+              f"{PORT_VARIABLE}) and start again", file=sys.stderr)
+        print(NOT_STARTED)
+        return 2
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    default = int(os.environ.get(PORT_VARIABLE) or FLOWER_LOCAL_PORT)
+    default = int(given or FLOWER_LOCAL_PORT)
     holder = port_holder(default)
     if holder is not None and not holder.mine:
         print("note: " + describe_port(default, holder), file=sys.stderr)
@@ -335,6 +397,9 @@ def start(folder: Path) -> int:
         link = LocalSuperLink(home=home).start()
     except RuntimeError as err:
         print(f"error: {err}", file=sys.stderr)
+        print(f"no SuperLink of yours runs: a plain `flwr run .` would go to 127.0.0.1:"
+              f"{default}, whoever holds it", file=sys.stderr)
+        print(NOT_STARTED)
         return 1
     write_text_atomic(folder / "superlink.json", json.dumps({
         "pid": link.proc.pid, "start": process_start(link.proc.pid), "port": link.port,

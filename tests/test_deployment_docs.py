@@ -33,7 +33,8 @@ LEFT_RUNNING = ("deploy/superlink.sh", "deploy/fleet-proxy.sh", "deploy/supernod
 
 def bash_commands(text: str) -> list[str]:
     """The commands of the ```bash blocks in `text`, in order, without their trailing comments
-    (a line ending in a backslash continues on the next; no command here has a # in quotes)."""
+    (a line ending in a backslash or `&&` continues on the next; no command here has a # in
+    quotes)."""
     commands = []
     for indent, body in re.findall(r"^( *)```bash\n(.*?)^\1```", text, re.S | re.M):
         pending = ""
@@ -43,6 +44,9 @@ def bash_commands(text: str) -> list[str]:
                 pending += line[:-1].strip() + " "
                 continue
             command = re.sub(r"\s+#(\s.*)?$", "", pending + line).strip()
+            if command.endswith("&&"):
+                pending = command + " "
+                continue
             if command and not command.startswith("#"):
                 commands.append(command)
             pending = ""
@@ -159,7 +163,7 @@ def test_the_readme_run_uses_a_superlink_of_ones_own_and_stops_it(tmp_path):
     `start` started (never to the one on the default port), and `stop` leaves nothing of it."""
     readme = (ROOT / "README.md").read_text()
     commands = bash_commands(section(readme, "## Run", "## Methods"))
-    assert 'eval "$(python -m experiments.superlink start)"' in commands
+    assert commands[1].startswith('eval "$(python -m experiments.superlink start)" && flwr run')
     assert commands[-1] == "python -m experiments.superlink stop"
     default = free_port()
     env = docs_environment(tmp_path, default)

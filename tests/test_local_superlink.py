@@ -103,3 +103,54 @@ def test_a_pid_file_naming_a_reused_pid_stops_nothing(tmp_path):
     finally:
         sleeper.send_signal(signal.SIGKILL)
         sleeper.wait()
+
+
+def test_a_start_that_fails_makes_the_eval_fail_so_flwr_run_is_not_reached(tmp_path):
+    """`eval "$(... start)" && flwr run .`: a failed start prints `false`, never an empty line
+    (after which a plain `flwr run .` would go to whoever holds Flower's default port)."""
+    out = cli("start", "--dir", str(tmp_path), env={"FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": "abc"})
+    assert out.returncode == 2 and out.stdout == "false\n"
+    assert "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT='abc' is not a port number" in out.stderr
+    shell = subprocess.run(["bash", "-c", f'eval "$({sys.executable} -m experiments.superlink '
+                            f'start --dir {tmp_path})" && echo REACHED'], cwd=ROOT, text=True,
+                           capture_output=True, env={**os.environ,
+                                                     "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": "x"})
+    assert shell.returncode == 1 and "REACHED" not in shell.stdout
+    assert not (tmp_path / "superlink.json").exists()
+
+
+def test_stop_ends_a_root_process_that_leads_no_group():
+    """A SuperLink that a plain `flwr run .` started is in its starter's process group:
+    stopping it by PID must signal the process itself, not only the groups it leads."""
+    from experiments.superlink import stop_process_tree
+
+    sleeper = subprocess.Popen(["sleep", "60"])  # in this process's group, leading none
+    try:
+        assert os.getpgid(sleeper.pid) != sleeper.pid
+        stop_process_tree(sleeper.pid, grace=5, child=sleeper)
+        assert sleeper.wait(timeout=5) == -signal.SIGTERM
+    finally:
+        if sleeper.poll() is None:
+            sleeper.kill()
+            sleeper.wait()
+
+
+@pytest.mark.slow
+def test_a_port_taken_before_the_superlink_binds_it_is_passed_over(monkeypatch):
+    """free_port() closes its socket before the SuperLink binds: when another process takes
+    the port in between, the SuperLink starts on the next free port."""
+    import socket
+
+    from experiments import superlink
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    ports = iter([taken.getsockname()[1]])
+    monkeypatch.setattr(superlink, "free_port", lambda: next(ports, None) or free_port())
+    try:
+        with superlink.LocalSuperLink() as link:
+            assert link.port != taken.getsockname()[1]
+            assert port_holder(link.port).pid == link.proc.pid
+    finally:
+        taken.close()
