@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from fileio.atomic import write_atomic
+from fileio.errors import UnusableFile
+from fileio.reading import open_regular
 
 from .parts import MethodDefinition, ServerRule, SettingError
 from .registry import register
@@ -191,13 +193,20 @@ class FedVARPRule(ServerRule):
 
         path = os.path.join(self.folder, os.path.basename(name))
         cols = self.table.cols
-        if not os.path.exists(path) or os.path.getsize(path) != count * cols * 4:
-            raise ValueError(f"the checkpoint's FedVARP table file {path} is missing or not "
-                             f"{count} rows of {cols} floats: it is written beside the run "
-                             "folders (out-dir) with each checkpoint; resume from the out-dir "
-                             "that holds it")
-        self.row_files = [path]
-        return np.memmap(path, dtype=np.float32, mode="r", shape=(count, cols))
+        try:  # the file itself: never a link planted at its name, nor a pipe
+            f = open_regular(Path(path))
+        except (OSError, UnusableFile) as err:
+            raise ValueError(f"the checkpoint's FedVARP table file {path} cannot be read "
+                             f"({err}): it is written beside the run folders (out-dir) with "
+                             "each checkpoint; resume from the out-dir that holds it") from None
+        with f:
+            if os.fstat(f.fileno()).st_size != count * cols * 4:
+                raise ValueError(f"the checkpoint's FedVARP table file {path} is not {count} "
+                                 f"rows of {cols} floats: it is written beside the run folders "
+                                 "(out-dir) with each checkpoint; resume from the out-dir that "
+                                 "holds it")
+            self.row_files = [path]
+            return np.memmap(f, dtype=np.float32, mode="r", shape=(count, cols))
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         import torch

@@ -320,7 +320,7 @@ KEYS: tuple[Key, ...] = (
     Key("dataset-path", str, "", "Local copy of the dataset (a save_to_disk folder, or a folder "
         "of parquet/csv files in the hub's format); '' = the Hugging Face hub.", "data"),
     Key("client-data", str, "partitions", "Where each client's data comes from: 'partitions' = "
-        "a partition of the dataset picked by the node's partition-id (simulations, demos); "
+        "a partition of the dataset picked by the node's client-id (simulations, demos); "
         "'own' = every node trains on its own folder (node config data-path) and the server "
         "never loads the training data (docs/deployment.md#own-data).", "data",
         choices=("partitions", "own")),

@@ -47,8 +47,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-DEFAULT_TARGETS = ["strategies", "methods", "server_math", "client_app/local_update.py",
-                   "models/centralization.py", "server_app/checkpoint.py"]
+DEFAULT_TARGETS = ["strategies", "methods", "server_math", "client_app/client_step.py",
+                   "client_app/local_update.py", "models/centralization.py",
+                   "server_app/checkpoint.py"]
 
 # Which tests cover which code: the longest matching path prefix wins. Fast unit tests first
 # (with -x a killed mutant stops at its first failing test), whole in-process runs last.
@@ -75,6 +76,8 @@ TESTS: dict[str, list[str]] = {
         "tests/test_extending.py"],  # a method's extra records, down and up
     "strategies/named.py": ["tests/test_named_strategies.py", "tests/test_client_blocks.py"],
     "client_app/own_app.py": ["tests/test_client_blocks.py"],
+    "client_app/client_step.py": ["tests/test_pins_client.py", "tests/test_client.py",
+                                  "tests/test_client_blocks.py", _PINS_APP],
     "server_math/reply_screen.py": ["tests/test_pins_server.py", "tests/test_bad_replies.py"],
     "server_math/influence.py": ["tests/test_pins_server.py", "tests/test_robust.py"],
     "server_math/node_reports.py": ["tests/test_pins_server.py", "tests/test_node_identity.py"],

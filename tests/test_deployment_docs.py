@@ -76,8 +76,8 @@ def sh(command: str, env: dict, timeout: float = 300) -> subprocess.CompletedPro
 
 def test_the_bash_blocks_are_read_as_a_shell_reads_them():
     text = ("1. step\n   ```bash\n   a --x 1 \\\n       --y 2   # note\n   b\n   ```\n"
-            "```bash\nc\n```\n```\nnot bash\n```\n")
-    assert bash_commands(text) == ["a --x 1 --y 2", "b", "c"]
+            "```bash\nc\nd &&   # then\n  e\n```\n```\nnot bash\n```\n")
+    assert bash_commands(text) == ["a --x 1 --y 2", "b", "c", "d && e"]
 
 
 @pytest.mark.slow

@@ -425,8 +425,18 @@ def test_fedvarp_checkpoint_of_a_table_on_disk_streams_its_rows_to_a_file(tmp_pa
     in_memory = fedvarp_rule(**{"out-dir": str(tmp_path)})
     in_memory.load_state_dict(states[-1])  # resumable whatever the new limit
     assert torch.equal(in_memory.table.data, rule.table.data)
-    (tmp_path / saved["rows-file"]).unlink()
-    with pytest.raises(ValueError, match="FedVARP table file .* is missing"):
+    rows = tmp_path / saved["rows-file"]
+    kept = tmp_path / "elsewhere.f32"
+    rows.rename(kept)
+    with pytest.raises(ValueError, match="FedVARP table file .* cannot be read"):
+        fedvarp_rule(**keys).load_state_dict(states[-1])
+    rows.symlink_to(kept)  # a link planted at its name is not followed
+    with pytest.raises(ValueError, match="FedVARP table file .* cannot be read .*is a link"):
+        fedvarp_rule(**keys).load_state_dict(states[-1])
+    rows.unlink()
+    kept.write_bytes(kept.read_bytes()[:-4])
+    kept.rename(rows)
+    with pytest.raises(ValueError, match="FedVARP table file .* is not 6 rows of 8 floats"):
         fedvarp_rule(**keys).load_state_dict(states[-1])
 
 
