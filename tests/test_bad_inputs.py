@@ -120,9 +120,10 @@ def test_a_killed_cache_write_leaves_no_tmp_file(tmp_path):
     folder = tmp_path / "cache"
     folder.mkdir()
     name = cache_file(folder, cache_key(cfg, 0, 3)).name
-    killed = folder / f"{name}.{dead.pid}.abcd1234.tmp"  # its writer is gone
-    old = folder / f"{name}.1.efgh5678.tmp"  # pid 1 is alive, but the file is an hour old
-    live = folder / f"{name}.1.ijkl9012.tmp"  # a write in progress by a live process
+    # fileio.atomic's temporary names: .<name>.<pid>.<8 hex>.tmp
+    killed = folder / f".{name}.{dead.pid}.abcd1234.tmp"  # its writer is gone
+    old = folder / f".{name}.1.0e0f5678.tmp"  # pid 1 is alive, but the file is an hour old
+    live = folder / f".{name}.1.1a2b9012.tmp"  # a write in progress by a live process
     for f in (killed, old, live):
         f.write_bytes(b"half a file")
     os.utime(old, (time.time() - 3600, time.time() - 3600))
