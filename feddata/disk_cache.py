@@ -198,7 +198,7 @@ def folder_listing(folder: Path) -> tuple[str, int]:
         rel, where = todo.pop()
         with os.scandir(where) as entries:
             for entry in sorted(entries, key=lambda e: e.name):
-                if entry.name.startswith("."):  # pragma: no mutate (a test holds it)
+                if entry.name.startswith("."):  # hidden: the reader skips it
                     continue
                 st = entry.stat(follow_symlinks=False)
                 name = f"{rel}/{entry.name}" if rel else entry.name
