@@ -139,8 +139,8 @@ class LocalMethod(ClientStep):
         state = context.state if context is not None else None
         # the partition: the one the server names (dynamic clients), else the node's own
         node_id, node_n = node_client_id(node)
-        pid = int(config.get("partition-id", config.get("client-slot", node_id or 0)))
-        num_partitions = int(config.get("num-partitions", config.get("num-clients", node_n or 0)))
+        pid = int(config.get("partition-id", node_id or 0))
+        num_partitions = int(config.get("num-partitions", node_n or 0))
         ctx = LocalContext(
             down={k: v for k, v in msg.content.array_records.items() if k != arrayrecord_key},
             state=state, server_round=int(config.get("server-round", 0)), partition_id=pid,
