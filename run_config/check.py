@@ -111,18 +111,25 @@ def check_out_dir(cfg: Mapping[str, Any]) -> None:
 
 def parse(args: list[str] | None) -> dict[str, Any]:
     """`--run-config` / `--federation-config` values, parsed the way `flwr run` parses them. A
-    .toml file is first read bounded (`fileio.reading`: a regular file of at most
+    .toml file is read once, bounded (`fileio.reading`: a regular file of at most
     CONFIG_FILE_LIMIT bytes of UTF-8), so that a named pipe or a huge file is refused, not
-    waited on."""
-    from flwr.common.config import parse_config_args
+    waited on, and its text flattened as Flower flattens it."""
+    import tomllib
+
+    from flwr.common.config import flatten_dict, parse_config_args
 
     from fileio.reading import CONFIG_FILE_LIMIT, read_text_bounded
 
     if args and len(args) == 1 and args[0].endswith(".toml"):
         try:
-            read_text_bounded(Path(args[0]).expanduser(), CONFIG_FILE_LIMIT, follow_links=True)
+            text = read_text_bounded(Path(args[0]).expanduser(), CONFIG_FILE_LIMIT,
+                                     follow_links=True)
         except OSError as err:
             raise ConfigError(f"run-config file {args[0]}: {err.strerror or err}") from None
+        try:
+            return flatten_dict(tomllib.loads(text))
+        except (tomllib.TOMLDecodeError, RecursionError, ValueError) as err:
+            raise ConfigError(f"run-config file {args[0]} is not valid TOML ({err})") from None
     try:
         return parse_config_args(args)
     except Exception as err:  # click.ClickException / TOML errors: say what Flower would say

@@ -1027,6 +1027,25 @@ def test_a_run_config_file_that_is_a_named_pipe_is_refused_by_the_check(tmp_path
     assert code == 1 and re.search(r"rc.toml is a named pipe \(FIFO\)", err), err
 
 
+def test_a_run_config_file_is_read_once_and_parsed_as_flower_parses_it(tmp_path, monkeypatch):
+    """The check reads a .toml run config once (bounded) and flattens it as `flwr run` does;
+    nothing opens the file a second time."""
+    from flwr.common.config import parse_config_args
+
+    from run_config.check import ConfigError, parse
+
+    path = tmp_path / "rc.toml"
+    path.write_text('method = "gcfed"\nlr = 0.1\n[a.b]\nc = 3\n')
+    expected = parse_config_args([str(path)])
+    assert expected == {"method": "gcfed", "lr": 0.1, "a.b.c": 3}
+    monkeypatch.setattr(Path, "open", lambda *a, **k: pytest.fail("the file was opened again"))
+    assert parse([str(path)]) == expected
+    monkeypatch.undo()
+    path.write_text("lr = = 1\n")
+    with pytest.raises(ConfigError, match="rc.toml is not valid TOML"):
+        parse([str(path)])
+
+
 # --- writes that fail say where and what to do ------------------------------------------------
 @pytest.mark.parametrize("code, fix", [
     (errno.ENOSPC, r"free space on the disk that holds .*out"),
