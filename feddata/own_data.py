@@ -43,7 +43,7 @@ from fileio.reading import kind_of, open_regular, read_json_bounded
 
 from .decode import (IMAGE_SUFFIXES, LabelRefused, PixelsRefused, char_indices, class_indices,
                      open_image, pixels_8bit, shown_size)
-from .sources import MARKER_LIMIT, DataSourceError
+from .sources import MARKER_LIMIT, DataSourceError, split_names
 from .specs import LEAF_CHARS, DatasetSpec
 
 LABEL_FOLDER = re.compile(r"0|[1-9][0-9]*")  # a label index written plainly
@@ -269,12 +269,8 @@ def _splits(tree: _Folder) -> dict[str, list[tuple[Path, Callable]]]:
     what else the folders hold is listed as skipped."""
     root = tree.root
     if (root / "dataset_dict.json").exists():
-        splits = _json(tree, root / "dataset_dict.json")
-        splits = splits.get("splits") if isinstance(splits, dict) else None
-        if not isinstance(splits, list) or not all(plain_name(s) for s in splits):
-            raise OwnDataError(f"{root / 'dataset_dict.json'}: 'splits' is {splits!r}, not a "
-                               "list of split names (plain folder names): save the data again "
-                               "with save_to_disk")
+        splits = split_names(_json(tree, root / "dataset_dict.json"),
+                             root / "dataset_dict.json", OwnDataError)
         _skip_rest(tree, root, {"dataset_dict.json", *splits})
         for split in splits:
             if tree.kind(root / split) != "dir":

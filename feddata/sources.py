@@ -64,15 +64,23 @@ def local_copy_kwargs(path: str) -> dict[str, Any]:
 
 def _split_names(path: Path) -> list[str]:
     """The `splits` of a save_to_disk `dataset_dict.json`, read bounded (a few hundred bytes
-    when `datasets` writes it), each a plain folder name (never '..' or a path)."""
+    when `datasets` writes it)."""
     try:
         saved = read_json_bounded(path, MARKER_LIMIT, follow_links=True)
     except OSError as err:  # UnusableFile: too large, not JSON, not a regular file
         raise DataSourceError(f"dataset-path: {err}") from None
+    return split_names(saved, path)
+
+
+def split_names(saved: Any, path: Path, error: type[DataSourceError] = DataSourceError
+                ) -> list[str]:
+    """The `splits` of a `dataset_dict.json` whose JSON is `saved` (read from `path`): a
+    non-empty list of plain folder names (never '..' or a path), else `error` naming the
+    file; the one rule for a server's `dataset-path` and a node's own folder."""
     splits = saved.get("splits") if isinstance(saved, dict) else None
     if not isinstance(splits, list) or not splits or not all(plain_name(s) for s in splits):
-        raise DataSourceError(f"{path}: 'splits' is {splits!r}, not a list of split names "
-                              "(plain folder names): save the data again with save_to_disk")
+        raise error(f"{path}: 'splits' is {splits!r}, not a list of split names (plain folder "
+                    "names): save the data again with save_to_disk")
     return splits
 
 
