@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import fcntl
-import json
 import os
 import platform
 import re
@@ -51,6 +50,12 @@ def generated_files() -> dict[Path, str]:
 
     return {ROOT / "docs" / "configuration.md": configuration_page(),
             ROOT / "docs" / "setups.md": setups_page()}
+
+
+def _number(value) -> float:
+    """A results file's optional number (0 where it is missing or not a number)."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
+        else 0.0
 
 
 def replace_block(text: str, name: str, body: str) -> str:
@@ -115,6 +120,7 @@ def sweep_table(note: str, lock: Path | None = None, fresh: bool = False,
     import dataclasses
 
     from experiments.sweep import is_done, load_sweep, run_sweep, write_report
+    from reporting.results_file import read_results
 
     out = MEASURED / "sweep"
     if fresh:
@@ -129,8 +135,8 @@ def sweep_table(note: str, lock: Path | None = None, fresh: bool = False,
                 fcntl.flock(held, fcntl.LOCK_EX)
             run_sweep(dataclasses.replace(sweep, cells=[cell]))
     finished = [c for c in sweep.cells if is_done(c)]
-    seconds = sum(json.loads((c.run_dir / "results.json").read_text())["summary"]
-                  .get("wall-seconds", 0.0) for c in finished)
+    seconds = sum(_number(read_results(c.run_dir)["summary"].get("wall-seconds"))
+                  for c in finished)
     if sweep.failed:
         raise SystemExit(f"{len(sweep.failed)} sweep cell(s) failed; see {sweep.dir}")
     table = write_report(sweep)
