@@ -19,7 +19,12 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from fileio.in_place import fresh_log
+from fileio.reading import read_tail
+
 from .superlink import free_port, stop_process_tree
+
+LOG_TAIL = 2**20  # the end of a command's log that errors show
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
@@ -34,14 +39,14 @@ class Background:
 
     def start(self, name: str, cmd: list[str], env: dict, cwd: Path | None = None
               ) -> subprocess.Popen:
-        with open(self.folder / f"{name}.log", "w") as log:
+        with fresh_log(self.folder / f"{name}.log") as log:  # (never through a link)
             proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
                                     cwd=cwd or self.folder, start_new_session=True)
         self.procs[name] = proc
         return proc
 
     def log(self, name: str) -> str:
-        return (self.folder / f"{name}.log").read_text(errors="replace")
+        return read_tail(self.folder / f"{name}.log", LOG_TAIL).decode(errors="replace")
 
     def check(self) -> None:
         """Raise, with its log, if a command has ended."""

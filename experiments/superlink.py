@@ -43,7 +43,7 @@ from pathlib import Path
 
 from fileio.atomic import write_text_atomic
 from fileio.in_place import fresh_log
-from fileio.reading import read_tail
+from fileio.reading import read_json_bounded, read_tail
 
 CONNECTION = "sweep"
 PORT_VARIABLE = "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT"  # flwr's `local` connection goes there
@@ -241,13 +241,18 @@ def process_start(pid: int) -> str | None:
 
 
 def read_record(folder: Path) -> dict | None:
-    """The PID file `start` wrote in `folder`, None when there is none (or not one of ours)."""
+    """The PID file `start` wrote in `folder`, None when there is none or it is not one `start`
+    wrote: read bounded, never through a link or from a pipe, every field checked (`stop`
+    removes `home`, which must be `folder/home`)."""
     try:
-        with open(folder / "superlink.json", "rb") as f:
-            rec = json.loads(f.read(4096))
-        return rec if {"pid", "start", "port", "home"} <= set(rec) else None
-    except (OSError, ValueError, TypeError):
+        rec = read_json_bounded(folder / "superlink.json", 4096)
+    except (OSError, ValueError):  # (UnusableFile is an OSError)
         return None
+    if not isinstance(rec, dict) or not isinstance(rec.get("start"), str):
+        return None
+    if not all(isinstance(rec.get(k), int) and rec[k] > 0 for k in ("pid", "port")):
+        return None
+    return rec if rec.get("home") == str(folder / "home") else None
 
 
 def recorded_alive(rec: dict) -> bool:

@@ -96,7 +96,8 @@ def test_a_pid_file_naming_a_reused_pid_stops_nothing(tmp_path):
     sleeper = subprocess.Popen(["sleep", "60"])
     try:
         (tmp_path / "superlink.json").write_text(json.dumps(
-            {"pid": sleeper.pid, "start": "not its start", "port": 1, "home": str(tmp_path / "h")}))
+            {"pid": sleeper.pid, "start": "not its start", "port": 1,
+             "home": str(tmp_path / "home")}))
         out = cli("stop", "--dir", str(tmp_path))
         assert out.returncode == 0 and "had already stopped" in out.stderr
         assert sleeper.poll() is None and not (tmp_path / "superlink.json").exists()
@@ -154,3 +155,32 @@ def test_a_port_taken_before_the_superlink_binds_it_is_passed_over(monkeypatch):
             assert port_holder(link.port).pid == link.proc.pid
     finally:
         taken.close()
+
+
+def test_a_pid_file_naming_another_home_or_planted_as_a_link_is_not_used(tmp_path):
+    """`stop` removes the recorded FLWR_HOME: a PID file naming any other folder (or a link
+    planted at its name, or a pipe) is no record of ours, and nothing is removed."""
+    from experiments.superlink import read_record
+
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep").write_text("mine")
+    state = tmp_path / "state"
+    state.mkdir()
+    good = {"pid": 1, "start": "x", "port": 9, "home": str(state / "home")}
+    (state / "superlink.json").write_text(json.dumps(good))
+    assert read_record(state) == good
+    (state / "superlink.json").write_text(json.dumps({**good, "home": str(victim)}))
+    assert read_record(state) is None
+    out = cli("stop", "--dir", str(state))
+    assert out.returncode == 0 and (victim / "keep").read_text() == "mine"
+    (tmp_path / "elsewhere.json").write_text(json.dumps(good))
+    (state / "superlink.json").unlink()
+    (state / "superlink.json").symlink_to(tmp_path / "elsewhere.json")
+    assert read_record(state) is None
+    (state / "superlink.json").unlink()
+    os.mkfifo(state / "superlink.json")
+    assert read_record(state) is None
+    (state / "superlink.json").unlink()
+    (state / "superlink.json").write_text(json.dumps({**good, "pid": "1"}))
+    assert read_record(state) is None
