@@ -121,7 +121,8 @@ def on_device(data, device: torch.device) -> tuple[torch.Tensor, ...]:
 
 
 def setup(msg: Message, context: Context):
-    """Resolved config, this node's data, and the model holding the broadcast weights."""
+    """Resolved config, (client id, N), this node's data, and the model holding the broadcast
+    weights."""
     cfg = settings(context.run_config).cfg
     pid, nparts = data_partition_of(msg, context)
     path = own_data_path(context)
@@ -137,7 +138,7 @@ def setup(msg: Message, context: Context):
     model = _model(cfg["model"], data.in_shape, data.num_classes, cfg["gn-groups"], str(device))
     state = state_view(msg.content["arrays"])  # views of the message bytes: copied once, below
     model.load_state_dict(state, strict=True)
-    return cfg, pid, data, model, device
+    return cfg, (pid, nparts), data, model, device
 
 
 @app.train()
@@ -152,7 +153,7 @@ def train(msg: Message, context: Context) -> Message:
                          "deployment on own data")
     started = process_seconds() if deployed_process() else None
     t_load = time.perf_counter()
-    cfg, pid, data, model, device = setup(msg, context)
+    cfg, (pid, num_partitions), data, model, device = setup(msg, context)
     load_seconds = time.perf_counter() - t_load
     if pid is None:
         raise ValueError("this node has its own data and no client-id, and the server named no "
@@ -172,7 +173,6 @@ def train(msg: Message, context: Context) -> Message:
         train_x, train_y = pad_to_full_batches(train_x, train_y, cfg["batch-size"])
     train_x, transform = transform.prepare(train_x)  # no augmentation: normalized here, once
     down = {k: v for k, v in msg.content.array_records.items() if k != "arrays"}
-    _, num_partitions = data_partition_of(msg, context)
     store = store_for(c, pid, context.node_config, context.state)  # per-client state, if any
     ctx = LocalContext(down=down, state=context.state, server_round=server_round,
                        partition_id=pid, train_y=train_y, num_classes=data.num_classes,

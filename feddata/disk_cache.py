@@ -264,13 +264,17 @@ def load_prepared_own_data(cfg: Mapping[str, Any], path: str, folder: Path | Non
         return read()
     _refuse_cache_inside(folder, Path(key["own-data"]))
     target = own_data_file(folder, key)
-    part = _cached(target, key, read)
+    return _cached(target, key, read, written=_remove_older_copies)
+
+
+def _remove_older_copies(target: Path) -> None:
+    """After `target` was written (a miss): the copies of the same data folder with another
+    listing are stale for good (the folder changed)."""
     where, listing = target.name.split("-")[1:3]
-    for older in folder.glob(f"own-{where}-*.pt"):
-        if older.name.split("-")[2] != listing:  # the folder changed: stale for good
+    for older in target.parent.glob(f"own-{where}-*.pt"):
+        if older.name.split("-")[2] != listing:
             older.unlink(missing_ok=True)
             _memory.pop(older, None)
-    return part
 
 
 def _refuse_cache_inside(cache: Path, data: Path) -> None:
@@ -286,14 +290,17 @@ def _refuse_cache_inside(cache: Path, data: Path) -> None:
                          "\"cache-dir='<folder>'\", deploy/supernode.sh --cache-dir)")
 
 
-def _cached(path: Path, key: dict[str, Any],
-            build: Callable[[], PreparedPartition]) -> PreparedPartition:
-    """`path`'s tensors when it holds `key`'s, else `build()`'s, saved there."""
+def _cached(path: Path, key: dict[str, Any], build: Callable[[], PreparedPartition],
+            written: Callable[[Path], None] | None = None) -> PreparedPartition:
+    """`path`'s tensors when it holds `key`'s, else `build()`'s, saved there (then
+    `written(path)`)."""
     part = _memory.get(path) or _read(path, key)
     if part is None:
         part = build()
         try:
             _write(path, key, part)
+            if written is not None:
+                written(path)
         except OSError as err:  # a read-only or full disk only costs speed
             import warnings
 
