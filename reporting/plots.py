@@ -39,11 +39,12 @@ def _figure(title: str, xlabel: str, ylabel: str, width: float = FIGSIZE[0]):
     return fig, ax
 
 
-def _save(fig: Figure, path: Path) -> Path:
+def _save(fig: Figure, path: Path, bbox: str | None = None) -> Path:
+    """`fig` as a PNG at `path`; `bbox=None` keeps the figure's size fixed, 'tight' grows it
+    to hold a legend outside the axes."""
     fig.tight_layout()
-    # no bbox_inches="tight": keep the size fixed
-    write_atomic(Path(path), lambda f: fig.savefig(f, dpi=DPI, format="png"))
-    return path
+    write_atomic(Path(path), lambda f: fig.savefig(f, dpi=DPI, bbox_inches=bbox, format="png"))
+    return Path(path)
 
 
 METRIC_LABELS = {"test-acc": "test accuracy",
@@ -140,7 +141,4 @@ def plot_label_distribution(counts: np.ndarray, label_names: Sequence[str], path
     handles, names = ax.get_legend_handles_labels()
     fig.legend(handles[::-1], names[::-1], title="labels", loc="center left",  # top label on top
                bbox_to_anchor=(1.0, 0.5), fontsize=8, ncols=1 + (labels - 1) // 25)
-    fig.tight_layout()
-    path = Path(path)
-    write_atomic(path, lambda f: fig.savefig(f, dpi=DPI, bbox_inches="tight", format="png"))
-    return path
+    return _save(fig, path, bbox="tight")
