@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .partition import held_out_size  # noqa: F401  (re-exported)
+from .partition import held_out_size
 from .specs import DATASET_BY_NAME, DatasetSpec, spec_of  # noqa: F401  (spec_of: re-exported)
 
 # Config keys that determine the data a client or the server sees.
