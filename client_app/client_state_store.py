@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from fileio.atomic import checksum_line, without_checksum, write_atomic
+from fileio.atomic import without_checksum, write_torch_checksummed
 from fileio.reading import memory_bytes, read_bounded
 
 RUN_KEY, ROUND_KEY, KEEP_KEY = "client-state-run", "client-state-round", "client-state-keep"
@@ -108,13 +108,10 @@ class DiskVersions:
             self.folder.mkdir(parents=True, exist_ok=True)
             for folder in (self.folder, self.folder.parent, self.folder.parent.parent):
                 os.chmod(folder, 0o700)  # <cache dir>/client-state/<run>/p<i>: owner only
-        buffer = io.BytesIO()
-        torch.save({"format": FORMAT, "run": self.run_token, "partition": self.partition,
-                    "name": name, "round": server_round, "tensors": tensors}, buffer)
-        data = buffer.getbuffer()
-        write_atomic(self.path(name, server_round),
-                     lambda f: f.writelines((checksum_line(HEADER, data), data)),
-                     mode=0o600)  # owner only
+        write_torch_checksummed(
+            self.path(name, server_round), HEADER,
+            {"format": FORMAT, "run": self.run_token, "partition": self.partition,
+             "name": name, "round": server_round, "tensors": tensors}, mode=0o600)  # owner only
 
     def rounds(self, name: str) -> list[int]:
         if not self.folder.is_dir():

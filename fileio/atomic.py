@@ -162,6 +162,19 @@ def write_torch_atomic(path: Path, obj, mode: int = 0o666) -> None:
     write_atomic(path, lambda f: torch.save(obj, f), mode)
 
 
+def write_torch_checksummed(path: Path, prefix: bytes, obj, mode: int = 0o666) -> None:
+    """`torch.save(obj)` to `path`, all or nothing, after its `checksum_line(prefix, ...)`
+    (checkpoints, client state): read back with `without_checksum`."""
+    import io
+
+    import torch
+
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    data = buffer.getbuffer()
+    write_atomic(path, lambda f: f.writelines((checksum_line(prefix, data), data)), mode)
+
+
 def checksum_line(prefix: bytes, data) -> bytes:
     """The first line of a file whose rest is `data` (bytes or a buffer): `prefix`, the SHA-256
     of `data` in hex, a newline. Written as `f.writelines((checksum_line(prefix, data), data))`."""

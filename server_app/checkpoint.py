@@ -36,7 +36,7 @@ import numpy as np
 import torch
 from flwr.common import log
 
-from fileio.atomic import checksum_line, without_checksum, write_atomic
+from fileio.atomic import without_checksum, write_torch_checksummed
 from fileio.reading import memory_bytes, read_bounded
 from reporting.results_file import read_results, rows_problem
 from run_config import KEYS, KEYS_BY_NAME, PRESETS, REMOVED_KEYS, ConfigError
@@ -74,10 +74,7 @@ def save_checkpoint(run_dir: Path, server_round: int, config: dict[str, Any],
                "strategy": strategy_state, "rng": rng_state(), "rows": [dict(r) for r in rows]}
     if run_uid is not None:
         payload["run-uid"] = run_uid
-    buffer = io.BytesIO()
-    torch.save(payload, buffer)
-    data = buffer.getbuffer()
-    write_atomic(path, lambda f: f.writelines((checksum_line(CHECKSUM_PREFIX, data), data)))
+    write_torch_checksummed(path, CHECKSUM_PREFIX, payload)
     return path
 
 
