@@ -157,6 +157,14 @@ def _image_array(img, mode: str, size: tuple[int, int]) -> np.ndarray:
     return arr[None] if arr.ndim == 2 else arr.transpose(2, 0, 1)
 
 
+def _is_pixel_array(ds, spec: DatasetSpec) -> bool:
+    """True when the image column of `ds` holds uint8 arrays of the spec's grey image size (the
+    pixels of an IDX folder) rather than images."""
+    feature = getattr(ds, "features", {}).get(spec.image)
+    return (spec.in_shape[0] == 1 and getattr(feature, "dtype", None) == "uint8"
+            and tuple(getattr(feature, "shape", ())) == tuple(spec.in_shape[1:]))
+
+
 def input_tensor(ds, spec: DatasetSpec) -> torch.Tensor:
     """The stored input values of every example: uint8 images, float32 arrays, uint8 characters."""
     n = len(ds)
@@ -166,6 +174,11 @@ def input_tensor(ds, spec: DatasetSpec) -> torch.Tensor:
         arrays = ds.with_format("numpy")[spec.image] if n else np.zeros((0,) + spec.in_shape[1:])
         return torch.from_numpy(np.asarray(arrays, dtype=np.float32).reshape(n, *spec.in_shape))
     c, h, w = spec.in_shape
+    if _is_pixel_array(ds, spec):  # an IDX folder's pixels, kept as stored (sources.py)
+        column = ds.select_columns([spec.image]).with_format("arrow")[:][spec.image]
+        rows = [chunk.storage.flatten().flatten().to_numpy() for chunk in column.chunks]
+        pixels = np.concatenate(rows) if rows else np.zeros(0, np.uint8)
+        return torch.from_numpy(pixels.astype(np.uint8).reshape(n, c, h, w))
     mode = "L" if c == 1 else "RGB"
     out = np.empty((n, c, h, w), dtype=np.uint8)
     for i, img in enumerate(ds[spec.image] if n else []):

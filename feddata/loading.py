@@ -92,7 +92,8 @@ class _Source:
         name = cfg["dataset"]
         try:
             return load_train_test(DATASET_BY_NAME[name], cfg["dataset-path"],
-                                   test_fraction=cfg["test-fraction"], seed=cfg["seed"])
+                                   test_fraction=cfg["test-fraction"], seed=cfg["seed"],
+                                   dataset=name)
         except (ConnectionError, FileNotFoundError) as err:
             if cfg["dataset-path"]:
                 raise
@@ -148,7 +149,8 @@ def load_partition(cfg: dict[str, Any], partition_id: int, num_partitions: int):
             raise ValueError(
                 f"the LDA split (lda-alpha={cfg['lda-alpha']}) could not give each of "
                 f"{num_partitions} clients at least lda-min-size={cfg['lda-min-size']} examples: "
-                "lower lda-min-size, raise lda-alpha, set lda-self-balancing or use fewer clients."
+                f"{err} Lower lda-min-size, raise lda-alpha, set lda-self-balancing or use fewer "
+                "clients (num-supernodes)."
             ) from err
         raise
 

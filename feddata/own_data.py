@@ -10,6 +10,8 @@ guessing from its other files:
   listed in their `state.json`;
 * `state.json`: a `save_to_disk` Dataset, one split (`_data_files` lists its `.arrow` files);
 * a `data/` folder: the hub's parquet layout, `data/<split>-*.parquet`;
+* IDX files, for a dataset published so (Fashion-MNIST): `train-images-idx3-ubyte[.gz]` and
+  `train-labels-idx1-ubyte[.gz]`, the `t10k-` pair for the test split (`idx.py`);
 * anything else: an image folder, `<label>/<image file>` as torchvision's `ImageFolder` (also in
   sub-folders of a label folder), whose folder names are the label indices `0`, `1`, ... of the
   run's dataset, written plainly (no '01', no '+1').
@@ -41,6 +43,8 @@ import torch
 from fileio.names import plain_name
 from fileio.reading import kind_of, open_regular, read_json_bounded
 
+from .idx import (IMAGES, LABELS, SPLIT_PREFIXES, IdxRefused, idx_splits, is_idx_folder,
+                  read_idx_split)
 from .decode import (IMAGE_SUFFIXES, LabelRefused, PixelsRefused, char_indices, class_indices,
                      open_image, pixels_8bit, shown_size)
 from .sources import MARKER_LIMIT, DataSourceError, split_names
@@ -149,6 +153,9 @@ def read_own_data(path: str, spec: DatasetSpec, dataset: str, split: str = "trai
     if names & {"dataset_dict.json", "state.json", "data"}:
         x, y = _local_copy(tree, spec, dataset, split)
         source = "local copy"
+    elif spec.idx and is_idx_folder(folder):
+        x, y = _idx_copy(tree, spec, dataset, split)
+        source = "IDX files"
     elif spec.kind == "image":
         x, y = _image_folder(tree, spec, dataset)
         source = "image folder"
@@ -171,7 +178,9 @@ def read_own_data(path: str, spec: DatasetSpec, dataset: str, split: str = "trai
 
 def _formats(spec: DatasetSpec) -> str:
     folders = "an image folder <label>/<image>, " if spec.kind == "image" else ""
-    return f"{folders}the hub's parquet layout (data/<split>-*.parquet) or a save_to_disk folder"
+    idx = "its IDX files (train-images-idx3-ubyte[.gz], ...), " if spec.idx else ""
+    return (f"{folders}{idx}the hub's parquet layout (data/<split>-*.parquet) or a save_to_disk "
+            "folder")
 
 
 def _hidden(path: Path) -> bool:
@@ -292,6 +301,32 @@ def _splits(tree: _Folder) -> dict[str, list[tuple[Path, Callable]]]:
         split = re.split(r"[-.]", file.name, maxsplit=1)[0]
         out.setdefault(split, []).append((file, lambda f: _parquet(tree, f)))
     return out
+
+
+def _idx_copy(tree: _Folder, spec: DatasetSpec, dataset: str, want: str):
+    """(x uint8 [N, 1, H, W], y int64 [N]) of the split `want` (or the only one) of a folder of
+    IDX files, each file checked by the folder's rules (links) and `idx.read_idx_split`'s."""
+    splits = idx_splits(tree.root)
+    name = want if want in splits else splits[0] if len(splits) == 1 else None
+    if name is None:
+        raise OwnDataError(f"'{tree.root}' has the IDX splits {splits} and no '{want}': its "
+                           f"'{want}' split (or its only one) is read")
+    prefix = SPLIT_PREFIXES[name]
+    _skip_rest(tree, tree.root, {f"{prefix}-{what}{suffix}" for what in (IMAGES, LABELS)
+                                 for suffix in ("", ".gz")})
+
+    def opener(path: Path):
+        if tree.kind(path) != "file":
+            raise OwnDataError(f"{path} is a folder, not an IDX file: remove it")
+        return tree.open(path)
+
+    try:
+        images, labels = read_idx_split(tree.root, name, shape=spec.in_shape[1:],
+                                        num_classes=spec.num_classes, dataset=dataset,
+                                        opener=opener)
+    except IdxRefused as err:
+        raise OwnDataError(str(err)) from None
+    return images[:, None], labels
 
 
 def _skip_rest(tree: _Folder, folder: Path, used: set[str]) -> None:

@@ -4,6 +4,7 @@
     # hub layout: data/<split>-*.parquet
     python -m feddata.save femnist ~/data/femnist --format parquet
     python -m feddata.save emnist ~/data/emnist --from-idx ~/Downloads/gzip   # NIST's EMNIST files
+    python -m feddata.save fashion-mnist ~/data/fmnist --from-idx /usr/share/datasets/fashion-mnist
     python -m feddata.save cifar10 /scratch/cifar10 --from ~/data/cifar10      # convert a copy
 
 The copy keeps the hub's columns, feature types (Image, ClassLabel) and splits, so a run with
@@ -14,13 +15,14 @@ reachable, then move the folder to the machines without internet.
 from __future__ import annotations
 
 import argparse
-import gzip
-import struct
 import sys
 from pathlib import Path
 
 import numpy as np
 
+from fileio.reading import open_regular
+
+from . import idx
 from .specs import DATASET_BY_NAME
 
 # EMNIST ByClass: 10 digits, 26 upper-case, 26 lower-case letters (emnist-byclass-mapping.txt).
@@ -28,15 +30,10 @@ EMNIST_CLASSES = [str(d) for d in range(10)] + [chr(c) for c in range(65, 91)] +
     [chr(c) for c in range(97, 123)]
 
 
-def read_idx(path: Path) -> np.ndarray:
-    """An IDX file (MNIST format, optionally gzipped) as a numpy array."""
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as f:
-        zero, dtype, ndim = struct.unpack(">HBB", f.read(4))
-        if zero != 0 or dtype != 0x08:
-            raise ValueError(f"{path}: not an unsigned-byte IDX file")
-        shape = struct.unpack(">" + "I" * ndim, f.read(4 * ndim))
-        return np.frombuffer(f.read(), dtype=np.uint8).reshape(shape)
+def read_idx(path: Path, ndim: int) -> np.ndarray:
+    """The IDX file at `path` (gzipped or not), read and checked by `idx.read_idx`."""
+    with open_regular(path) as f:
+        return idx.read_idx(f, path, ndim)
 
 
 def emnist_from_idx(folder: str, variant: str = "byclass"):
@@ -58,8 +55,8 @@ def emnist_from_idx(folder: str, variant: str = "byclass"):
     features = Features({"image": Image(), "label": ClassLabel(names=EMNIST_CLASSES)})
     splits = {}
     for split in ("train", "test"):
-        images = read_idx(find(split, "images-idx3"))
-        labels = read_idx(find(split, "labels-idx1"))
+        images = read_idx(find(split, "images-idx3"), 3)
+        labels = read_idx(find(split, "labels-idx1"), 1)
         # NIST stores EMNIST transposed relative to MNIST; .T gives upright characters.
         pil = [PILImage.fromarray(np.ascontiguousarray(img.T), mode="L") for img in images]
         splits[split] = Dataset.from_dict({"image": pil, "label": labels.astype(np.int64)},
@@ -67,13 +64,34 @@ def emnist_from_idx(folder: str, variant: str = "byclass"):
     return DatasetDict(splits)
 
 
-def load_source(name: str, source: str | None = None, idx: str | None = None):
-    """The DatasetDict to save: from NIST IDX files, a local copy, or the hub."""
+def images_from_idx(folder: str, name: str):
+    """A dataset published as IDX files (Fashion-MNIST: `idx.py`'s folder layout) as a
+    DatasetDict in its hub format: `image` (Image, PNG as the hub stores it), `label`."""
+    from datasets import ClassLabel, Dataset, DatasetDict, Features, Image
+    from PIL import Image as PILImage
+
+    spec = DATASET_BY_NAME[name]
+    features = Features({spec.image: Image(), spec.label: ClassLabel(names=list(spec.class_names))})
+    splits = {}
+    for split in idx.SPLIT_PREFIXES:
+        images, labels = idx.read_idx_split(Path(folder).expanduser(), split,
+                                            shape=spec.in_shape[1:],
+                                            num_classes=spec.num_classes, dataset=name)
+        splits[split] = Dataset.from_dict(
+            {spec.image: [PILImage.fromarray(img, mode="L") for img in images],
+             spec.label: labels}, features=features)
+    return DatasetDict(splits)
+
+
+def load_source(name: str, source: str | None = None, idx_folder: str | None = None):
+    """The DatasetDict to save: from IDX files (NIST's EMNIST, Fashion-MNIST), a local copy, or
+    the hub."""
     import datasets
 
     spec = DATASET_BY_NAME[name]
-    if idx:
-        return emnist_from_idx(idx)
+    if idx_folder:
+        return emnist_from_idx(idx_folder) if name == "emnist" else \
+            images_from_idx(idx_folder, name)
     if source:
         from .sources import local_copy_kwargs
 
@@ -107,14 +125,19 @@ def main(argv: list[str] | None = None) -> int:
                         help="save_to_disk folder (default) or parquet files in the hub's layout")
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--from", dest="source", help="read a local copy instead of the hub")
-    group.add_argument("--from-idx", dest="idx", help="EMNIST only: folder of NIST's IDX files")
+    group.add_argument("--from-idx", dest="idx", help="EMNIST: folder of NIST's IDX files; "
+                       "fashion-mnist: folder of its four IDX files")
     args = parser.parse_args(argv)
-    if args.idx and args.dataset != "emnist":
-        parser.error("--from-idx is for emnist only")
+    if args.idx and args.dataset != "emnist" and not DATASET_BY_NAME[args.dataset].idx:
+        parser.error("--from-idx is for emnist and fashion-mnist only")
     import datasets
 
     datasets.disable_progress_bars()
-    dd = load_source(args.dataset, args.source, args.idx)
+    try:
+        dd = load_source(args.dataset, args.source, args.idx)
+    except idx.IdxRefused as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     spec = DATASET_BY_NAME[args.dataset]
     first = next(iter(dd.values()))
     missing = [c for c in (spec.image, spec.label, spec.natural_id)

@@ -18,6 +18,8 @@ each dataset: hub id; input; label; splits; natural id.
   character_id (str)
 - celeba: flwrlabs/celeba, subset img_align+identity+attr; image (Image 178x218 RGB);
   Smiling (bool); train / valid / test; celeb_id (int)
+- fashion-mnist: zalando-datasets/fashion_mnist; image (Image 28x28 L); label (ClassLabel 10);
+  train / test; - (also read from a folder of its four IDX files: feddata/idx.py)
 - digits: (scikit-learn, bundled); image (Array2D 8x8 float); label (ClassLabel 10); (one set); -
 """
 
@@ -43,9 +45,15 @@ class DatasetSpec:
     temporal: bool = False  # held-out examples are the last of each id (text), not random ones
     augment: str = "none"  # what augment = 'auto' means for this dataset
     model: str = "cnn"  # the papers' model for it (documentation and set-ups)
+    class_names: tuple[str, ...] = ()  # the label names of a local copy made here ('' = none)
+    idx: bool = False  # a local copy may be a folder of IDX files (feddata/idx.py)
 
 
 # LEAF's 80 characters (leaf/models/utils/language_utils.py); others map to ' '.
+# Fashion-MNIST's classes, as the hub copy names them (label 0 .. 9)
+FASHION_MNIST_CLASSES = ("T - shirt / top", "Trouser", "Pullover", "Dress", "Coat", "Sandal",
+                         "Shirt", "Sneaker", "Bag", "Ankle boot")
+
 LEAF_CHARS = ("\n !\"&'(),-.0123456789:;>?ABCDEFGHIJKLMNOPQRSTUVWXYZ[]"
               "abcdefghijklmnopqrstuvwxyz}")
 
@@ -66,6 +74,10 @@ DATASET_BY_NAME: dict[str, DatasetSpec] = {
     # GC-Fed's EMNIST (ByClass, 62 classes) with its normalization; no plain hub copy is known.
     "emnist": DatasetSpec((1, 28, 28), 62, "image", "label", (0.1751,), (0.3333,),
                           model="mlp-gcfed"),
+    # Zalando's Fashion-MNIST, normalized by its training set's mean and std (60,000 images)
+    "fashion-mnist": DatasetSpec((1, 28, 28), 10, "image", "label", (0.2860,), (0.3530,),
+                                 hub="zalando-datasets/fashion_mnist", model="mlp-gcfed",
+                                 class_names=FASHION_MNIST_CLASSES, idx=True),
     # FedACG's LEAF set-ups: FEMNIST as ToTensor() (no normalization), CelebA at 84x84, 0.5/0.5.
     "femnist": DatasetSpec((1, 28, 28), 62, "image", "character", (0.0,), (1.0,),
                            hub="flwrlabs/femnist", test_splits=(), natural_id="writer_id",

@@ -70,8 +70,8 @@ METHODS = methods.method_names()  # the built-in methods; `methods.method_names(
 # Choices of the data and model keys; tests keep them equal to feddata.DATASET_BY_NAME,
 # feddata.PARTITIONERS, feddata.AUGMENTATIONS and models.MODELS (written out here so this
 # module needs no torch).
-DATASETS = ("digits", "cifar10", "cifar100", "tiny-imagenet", "emnist", "femnist", "celeba",
-            "shakespeare", "custom")
+DATASETS = ("digits", "cifar10", "cifar100", "tiny-imagenet", "emnist", "fashion-mnist",
+            "femnist", "celeba", "shakespeare", "custom")
 PARTITIONERS = ("iid", "dirichlet-balanced", "lda", "natural", "shards")
 # The datasets with a natural client id (feddata.specs: natural_id), which the natural split needs
 NATURAL_ID_DATASETS = ("femnist", "celeba", "shakespeare")
@@ -317,8 +317,9 @@ KEYS: tuple[Key, ...] = (
     Key("dataset", str, "digits", "Dataset (docs/data.md): scikit-learn's bundled 8x8 "
         "digits (offline), a hub dataset / its local copy, or 'custom': images of your own, "
         "declared by the custom-* keys (own data only).", "data", choices=DATASETS),
-    Key("dataset-path", str, "", "Local copy of the dataset (a save_to_disk folder, or a folder "
-        "of parquet/csv files in the hub's format); '' = the Hugging Face hub.", "data"),
+    Key("dataset-path", str, "", "Local copy of the dataset (a save_to_disk folder, a folder "
+        "of parquet/csv files in the hub's format, or, for fashion-mnist, a folder of its IDX "
+        "files such as /usr/share/datasets/fashion-mnist); '' = the Hugging Face hub.", "data"),
     Key("client-data", str, "partitions", "Where each client's data comes from: 'partitions' = "
         "a partition of the dataset picked by the node's client-id (simulations, demos); "
         "'own' = every node trains on its own folder (node config data-path) and the server "
@@ -327,7 +328,8 @@ KEYS: tuple[Key, ...] = (
     Key("test-data", str, "dataset", "The server's test set: 'dataset' = the dataset's test "
         "split; 'none' = no server test set, the run's metric is federated evaluation "
         "(fed-acc: the clients' held-out data, needs fraction-evaluate > 0); else a folder on the "
-        "server in a format of own data (image folder, hub parquet, save_to_disk).", "data"),
+        "server in a format of own data (image folder, hub parquet, save_to_disk, IDX files).",
+        "data"),
     Key("num-clients", int, 0, "N, the number of clients of the federation, for the rules that "
         "need it (SCAFFOLD, FedDyn, FedVARP) and for nodes without a client id; 0 = the "
         "num-partitions (num-clients) the nodes report, else the nodes connected at the start.",

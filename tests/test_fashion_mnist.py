@@ -1,0 +1,253 @@
+"""dataset = 'fashion-mnist': a folder of its four IDX files (Debian's dataset-fashion-mnist, or
+the files as Zalando publishes them, gzipped or not) reads into the same tensors as the hub copy's
+layout, for the server (dataset-path), a node's own folder and `python -m feddata check`; a bad
+file is refused naming the file. IDX files are made here, small; one test reads Debian's files
+when the package is installed."""
+
+import gzip
+import os
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from feddata import load_client_data, load_test_data
+from feddata.idx import IdxRefused, read_idx_split
+from feddata.own_data import OwnDataError, read_own_data
+from feddata.save import main as save_main
+from feddata.sources import DataSourceError
+from feddata.specs import DATASET_BY_NAME, FASHION_MNIST_CLASSES
+from run_config import resolve
+
+ROOT = Path(__file__).resolve().parents[1]
+DEBIAN = Path("/usr/share/datasets/fashion-mnist")
+FMNIST = DATASET_BY_NAME["fashion-mnist"]
+SIZES = {"train": 60, "test": 20}
+
+
+def idx_bytes(values: np.ndarray, magic: bytes | None = None) -> bytes:
+    """An IDX file of uint8 `values`, written by hand: 0, 0, 0x08, ndim, the dims, the values."""
+    head = magic if magic is not None else bytes([0, 0, 8, values.ndim])
+    return head + struct.pack(">" + "I" * values.ndim, *values.shape) + values.tobytes()
+
+
+def make_arrays(seed: int = 0):
+    rng = np.random.default_rng(seed)
+    out = {}
+    for split, n in SIZES.items():
+        labels = (np.arange(n) % 10).astype(np.uint8)
+        rng.shuffle(labels)
+        # brightness by label: a learnable toy
+        images = np.clip(rng.normal(20 * labels[:, None, None] + 30, 30, (n, 28, 28)), 0, 255)
+        out[split] = (images.astype(np.uint8), labels)
+    return out
+
+
+def write_idx_folder(folder: Path, arrays, gz: bool) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for split, prefix in (("train", "train"), ("test", "t10k")):
+        images, labels = arrays[split]
+        for what, values in (("images-idx3-ubyte", images), ("labels-idx1-ubyte", labels)):
+            data = idx_bytes(values)
+            path = folder / f"{prefix}-{what}{'.gz' if gz else ''}"
+            path.write_bytes(gzip.compress(data) if gz else data)
+    return folder
+
+
+def write_hub_copy(folder: Path, arrays) -> Path:
+    """The hub's layout of zalando-datasets/fashion_mnist: README.md with its config and
+    fashion_mnist/{train,test}-00000-of-00001.parquet, images as PNG in Image() features."""
+    from datasets import ClassLabel, Dataset, Features, Image
+    from PIL import Image as PILImage
+
+    features = Features({"image": Image(), "label": ClassLabel(names=list(FASHION_MNIST_CLASSES))})
+    (folder / "fashion_mnist").mkdir(parents=True)
+    for split, (images, labels) in arrays.items():
+        Dataset.from_dict({"image": [PILImage.fromarray(i, mode="L") for i in images],
+                           "label": labels.astype(np.int64)}, features=features) \
+            .to_parquet(str(folder / "fashion_mnist" / f"{split}-00000-of-00001.parquet"))
+    (folder / "README.md").write_text(
+        "---\nconfigs:\n- config_name: fashion_mnist\n  data_files:\n  - split: train\n"
+        "    path: fashion_mnist/train-*\n  - split: test\n    path: fashion_mnist/test-*\n"
+        "---\n# test copy\n")
+    return folder
+
+
+def cfg_for(path: Path, **more):
+    return resolve({"dataset": "fashion-mnist", "dataset-path": str(path), "model": "mlp-gcfed",
+                    "partitioner": "iid", **more})
+
+
+@pytest.fixture(scope="module")
+def arrays():
+    return make_arrays()
+
+
+@pytest.mark.parametrize("gz", [True, False])
+def test_an_idx_folder_reads_as_the_hub_layout(tmp_path, arrays, gz):
+    idx = write_idx_folder(tmp_path / "idx", arrays, gz)
+    hub = write_hub_copy(tmp_path / "hub", arrays)
+    images, labels = arrays["test"]
+    # the server's test set: normalized by the training set's mean and std, computed here
+    want = (images.astype(np.float64) / 255 - 0.2860) / 0.3530
+    for folder in (idx, hub):
+        x, y = load_test_data(cfg_for(folder))
+        assert x.shape == (20, 1, 28, 28)
+        np.testing.assert_allclose(x[:, 0].double().numpy(), want, atol=1e-5)
+        assert y.tolist() == labels.tolist()
+    # every client's partition: the same stored pixels and labels from both copies
+    for pid in range(3):
+        a, b = (load_client_data(cfg_for(f), pid, 3) for f in (idx, hub))
+        assert a.train_x.dtype == b.train_x.dtype == np.dtype("uint8") or \
+            str(a.train_x.dtype) == str(b.train_x.dtype) == "torch.uint8"
+        assert a.train_x.equal(b.train_x) and a.train_y.equal(b.train_y)
+        assert a.val_x.equal(b.val_x) and a.val_y.equal(b.val_y)
+
+
+def test_the_save_command_turns_an_idx_folder_into_the_hub_format(tmp_path, arrays):
+    idx = write_idx_folder(tmp_path / "idx", arrays, gz=True)
+    assert save_main(["fashion-mnist", str(tmp_path / "saved"), "--from-idx", str(idx)]) == 0
+    a, b = (load_client_data(cfg_for(f), 1, 2) for f in (idx, tmp_path / "saved"))
+    assert a.train_x.equal(b.train_x) and a.train_y.equal(b.train_y)
+
+
+def damage(folder: Path, name: str, how):
+    path = folder / name
+    data = gzip.decompress(path.read_bytes())
+    path.write_bytes(gzip.compress(how(data)))
+
+
+# (file, change to its uncompressed bytes, words the message must hold)
+BAD_FILES = [
+    ("train-images-idx3-ubyte.gz", lambda d: d[:-1], ["truncated"]),
+    ("train-images-idx3-ubyte.gz", lambda d: d[:3], ["truncated"]),
+    ("train-images-idx3-ubyte.gz", lambda d: d + b"\0", ["more bytes"]),
+    ("train-images-idx3-ubyte.gz", lambda d: b"\0\0\x0d\x03" + d[4:], ["magic number"]),
+    ("train-images-idx3-ubyte.gz", lambda d: b"\x08\x03\0\0" + d[4:], ["magic number"]),
+    ("train-labels-idx1-ubyte.gz", lambda d: b"\0\0\x08\x03" + d[4:], ["3-dimensional",
+                                                                       "swapped"]),
+    ("train-images-idx3-ubyte.gz", lambda d: b"\0\0\x08\x01" + d[4:], ["1-dimensional",
+                                                                       "swapped"]),
+    ("t10k-labels-idx1-ubyte.gz", lambda d: d[:8] + b"\x0a" + d[9:], ["label 10", "classes"]),
+    ("t10k-labels-idx1-ubyte.gz", lambda d: d[:4] + struct.pack(">I", 19) + d[8:-1],
+     ["20 images", "19 labels"]),
+    ("train-images-idx3-ubyte.gz",
+     lambda d: d[:4] + struct.pack(">III", 0x7FFFFFFF, 28, 28) + d[16:], ["values"]),
+]
+
+
+@pytest.mark.parametrize("name,how,words", BAD_FILES)
+def test_a_bad_idx_file_is_refused_naming_it(tmp_path, arrays, name, how, words):
+    folder = write_idx_folder(tmp_path / "idx", arrays, gz=True)
+    damage(folder, name, how)
+    with pytest.raises(DataSourceError) as err:
+        load_test_data(cfg_for(folder, seed=hash(name) % 1000))  # (a fresh cache key)
+    text = str(err.value)
+    assert name in text
+    for word in words:
+        assert word in text
+
+
+def test_images_of_another_size_are_refused(tmp_path, arrays):
+    other = dict(arrays)
+    other["train"] = (np.zeros((60, 32, 32), np.uint8), arrays["train"][1])
+    folder = write_idx_folder(tmp_path / "idx", other, gz=False)
+    with pytest.raises(IdxRefused, match="32x32 images.*28x28"):
+        read_idx_split(folder, "train", shape=(28, 28), num_classes=10, dataset="fashion-mnist")
+
+
+def test_a_damaged_gzip_stream_and_a_missing_file_are_refused(tmp_path, arrays):
+    folder = write_idx_folder(tmp_path / "idx", arrays, gz=True)
+    path = folder / "train-images-idx3-ubyte.gz"
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])  # the gzip stream cut
+    with pytest.raises(IdxRefused, match="train-images-idx3-ubyte.gz.*(gzip|truncated)"):
+        read_idx_split(folder, "train", shape=(28, 28), num_classes=10, dataset="fashion-mnist")
+    (folder / "t10k-labels-idx1-ubyte.gz").unlink()
+    with pytest.raises(IdxRefused, match="no t10k-labels-idx1-ubyte"):
+        read_idx_split(folder, "test", shape=(28, 28), num_classes=10, dataset="fashion-mnist")
+
+
+def test_both_a_plain_and_a_gzipped_copy_of_one_file_are_refused(tmp_path, arrays):
+    folder = write_idx_folder(tmp_path / "idx", arrays, gz=True)
+    plain = gzip.decompress((folder / "train-labels-idx1-ubyte.gz").read_bytes())
+    (folder / "train-labels-idx1-ubyte").write_bytes(plain)
+    with pytest.raises(IdxRefused, match="both train-labels-idx1-ubyte and .*keep one"):
+        read_idx_split(folder, "train", shape=(28, 28), num_classes=10, dataset="fashion-mnist")
+
+
+def test_a_link_in_the_folder_is_not_followed(tmp_path, arrays):
+    folder = write_idx_folder(tmp_path / "idx", arrays, gz=False)
+    real = tmp_path / "elsewhere"
+    (folder / "train-labels-idx1-ubyte").rename(real)
+    os.symlink(real, folder / "train-labels-idx1-ubyte")
+    with pytest.raises(IdxRefused, match="train-labels-idx1-ubyte.*link"):
+        read_idx_split(folder, "train", shape=(28, 28), num_classes=10, dataset="fashion-mnist")
+
+
+def test_a_node_reads_its_own_idx_folder(tmp_path, arrays):
+    folder = write_idx_folder(tmp_path / "node", arrays, gz=True)
+    data = read_own_data(str(folder), FMNIST, "fashion-mnist")
+    images, labels = arrays["train"]
+    assert data.source == "IDX files"
+    assert data.x.shape == (60, 1, 28, 28) and data.x[:, 0].numpy().tobytes() == images.tobytes()
+    assert data.y.tolist() == labels.tolist()
+    assert any("t10k-images-idx3-ubyte.gz" in line for line in data.skipped)
+    test = read_own_data(str(folder), FMNIST, "fashion-mnist", split="test", key="test-data")
+    assert test.y.tolist() == arrays["test"][1].tolist()
+    # a node's folder holding the training pair only: its one split
+    for name in ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"):
+        (folder / name).unlink()
+    assert len(read_own_data(str(folder), FMNIST, "fashion-mnist", split="test").y) == 60
+    # a link out of the folder is refused by the node's rule, with the way to allow it
+    (folder / "train-labels-idx1-ubyte.gz").rename(tmp_path / "labels.gz")
+    os.symlink(tmp_path / "labels.gz", folder / "train-labels-idx1-ubyte.gz")
+    with pytest.raises(OwnDataError, match="outside the data folder.*data-follow-links"):
+        read_own_data(str(folder), FMNIST, "fashion-mnist")
+    assert len(read_own_data(str(folder), FMNIST, "fashion-mnist", follow_links=True).y) == 60
+
+
+def test_feddata_check_reads_an_idx_folder_and_names_a_bad_file(tmp_path, arrays):
+    folder = write_idx_folder(tmp_path / "node", arrays, gz=True)
+
+    def check():
+        return subprocess.run([sys.executable, "-m", "feddata", "check", str(folder),
+                               "--dataset", "fashion-mnist"], cwd=ROOT, capture_output=True,
+                              text=True, timeout=300)
+
+    ok = check()
+    assert ok.returncode == 0, ok.stderr
+    assert "60 examples (IDX files) of dataset 'fashion-mnist'" in ok.stdout
+    damage(folder, "train-labels-idx1-ubyte.gz", lambda d: d[:-5])
+    bad = check()
+    assert bad.returncode == 1
+    assert "train-labels-idx1-ubyte.gz" in bad.stderr and "truncated" in bad.stderr
+
+
+def _read_gz_idx(path: Path) -> np.ndarray:
+    """An independent reader: the whole file, its header by hand."""
+    data = gzip.decompress(path.read_bytes())
+    ndim = data[3]
+    shape = struct.unpack(">" + "I" * ndim, data[4:4 + 4 * ndim])
+    return np.frombuffer(data[4 + 4 * ndim:], np.uint8).reshape(shape)
+
+
+@pytest.mark.skipif(not DEBIAN.is_dir(), reason="Debian's dataset-fashion-mnist is not installed "
+                    "(apt-get install dataset-fashion-mnist): the real files cannot be read")
+def test_debians_fashion_mnist_reads_whole_with_its_stated_normalization():
+    cfg = cfg_for(DEBIAN, **{"partitioner": "lda", "lda-alpha": 0.1, "lda-min-size": 10,
+                             "lda-self-balancing": True})
+    x, y = load_test_data(cfg)
+    test_labels = _read_gz_idx(DEBIAN / "t10k-labels-idx1-ubyte.gz")
+    assert x.shape == (10_000, 1, 28, 28) and y.tolist() == test_labels.tolist()
+    train = _read_gz_idx(DEBIAN / "train-images-idx3-ubyte.gz").astype(np.float64) / 255
+    assert train.shape == (60_000, 28, 28)
+    # the spec's normalization is the training set's mean and std, to the digits it states
+    assert abs(train.mean() - FMNIST.mean[0]) < 5e-5 and abs(train.std() - FMNIST.std[0]) < 5e-5
+    counts = np.bincount(_read_gz_idx(DEBIAN / "train-labels-idx1-ubyte.gz"), minlength=10)
+    assert counts.tolist() == [6000] * 10
+    parts = [load_client_data(cfg, pid, 100) for pid in (0, 99)]
+    assert all(len(p.train_y) >= 10 for p in parts)
