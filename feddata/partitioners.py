@@ -252,26 +252,14 @@ class LdaPartitioner(Partitioner):
             raise ValueError(f"{n} examples cannot give {k} partitions "
                              f"{max(self._min_size, 1)} examples each")
         by_class = [np.nonzero(targets == c)[0] for c in np.unique(targets)]
-        mean_size = n / k
-        alpha = np.full(k, self._alpha)
         rng = np.random.default_rng(self._seed)
-        for _ in range(self._max_draws):
-            sizes = np.zeros(k, dtype=np.int64)
-            cuts = []
-            for members in by_class:
-                p = rng.dirichlet(alpha)  # p ~ Dir(alpha), one share per client
-                if self._self_balancing:
-                    p = np.where(sizes > mean_size, 0.0, p)
-                    p = p / p.cumsum()[-1]  # (a left-to-right sum, as Python's sum())
-                cut = (np.cumsum(p) * len(members)).astype(int)[:-1]
-                sizes += np.diff(cut, prepend=0, append=len(members))
-                cuts.append(cut)
-            if sizes.min() >= self._min_size:
-                break
-        else:
+        cuts, best = self._draw(by_class, k, self._alpha, rng, self._max_draws)
+        if cuts is None:
             raise ValueError(
-                f"no split of {self._max_draws} Dirichlet draws (alpha {self._alpha}) gave each "
-                f"of {k} partitions at least {self._min_size} examples")
+                f"no split of {self._max_draws:,} Dirichlet draws (alpha {self._alpha:g}) gave "
+                f"each of {k} partitions at least {self._min_size} examples (the best draw left "
+                f"{best[1]} below it, the smallest holding {best[0]}). "
+                + self._what_splits(by_class, k))
         out: list[list[int]] = [[] for _ in range(k)]
         for members, cut in zip(by_class, cuts):
             for i, part in enumerate(np.split(members, cut)):
@@ -279,6 +267,54 @@ class LdaPartitioner(Partitioner):
         for indices in out:
             rng.shuffle(indices)
         return out
+
+    def _draw(self, by_class: list[np.ndarray], k: int, alpha: float, rng, draws: int):
+        """(the cuts of each class of the first of `draws` draws that gives every one of `k`
+        partitions `min_size` examples, or None; (smallest, number below min_size) of the best
+        draw)."""
+        n = sum(len(members) for members in by_class)
+        mean_size = n / k
+        concentration = np.full(k, alpha)
+        best = (-1, k)
+        for _ in range(draws):
+            sizes = np.zeros(k, dtype=np.int64)
+            cuts = []
+            for members in by_class:
+                p = rng.dirichlet(concentration)  # p ~ Dir(alpha), one share per client
+                if self._self_balancing:
+                    p = np.where(sizes > mean_size, 0.0, p)
+                    p = p / p.cumsum()[-1]  # (a left-to-right sum, as Python's sum())
+                cut = (np.cumsum(p) * len(members)).astype(int)[:-1]
+                sizes += np.diff(cut, prepend=0, append=len(members))
+                cuts.append(cut)
+            if sizes.min() >= self._min_size:
+                return cuts, (int(sizes.min()), 0)
+            best = max(best, (int(sizes.min()), -int((sizes < self._min_size).sum())))
+        return None, (best[0], -best[1])
+
+    def _what_splits(self, by_class: list[np.ndarray], k: int, draws: int = 200) -> str:
+        """What would split this data with this seed: the most partitions (halving) at this
+        alpha, and the smallest alpha (doubling, up to 100) for `k` partitions, each tried with
+        `draws` draws; the search is bounded (a few seconds)."""
+        found = []
+        fewer = k // 2
+        while fewer >= 1:
+            if self._draw(by_class, fewer, self._alpha, np.random.default_rng(self._seed),
+                          draws)[0] is not None:
+                found.append(f"{fewer} partitions (clients) at lda-alpha {self._alpha:g}")
+                break
+            fewer //= 2
+        alpha = self._alpha * 2
+        while alpha <= 100:
+            if self._draw(by_class, k, alpha, np.random.default_rng(self._seed),
+                          draws)[0] is not None:
+                found.append(f"{k} partitions at lda-alpha {alpha:g}")
+                break
+            alpha *= 2
+        if not found:
+            return "No smaller split or larger alpha tried finds one: lower lda-min-size."
+        return (f"With this data and seed, {' or '.join(found)} split with lda-min-size "
+                f"{self._min_size}.")
 
 
 class NaturalIdSamplePartitioner(Partitioner):

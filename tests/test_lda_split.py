@@ -85,3 +85,24 @@ def test_lda_gives_up_with_a_clear_error():
                              max_draws=50), data, 10)
     with pytest.raises(ValueError, match="cannot give 10 partitions 51 examples"):
         split(LdaPartitioner(10, "label", 0.5, min_partition_size=51, seed=0), data, 10)
+
+
+def test_an_impossible_minimum_is_refused_naming_splits_that_work():
+    """600 examples of 10 classes over 100 clients at alpha 0.05, 3 each: no draw of 200 gives
+    it; the message names fewer clients and a larger alpha, each of which splits (checked here by
+    splitting with them: every partition holds 3 examples)."""
+    import re
+
+    data = labels_dataset([60] * 10)
+    with pytest.raises(ValueError) as err:
+        split(LdaPartitioner(100, "label", 0.05, min_partition_size=3, self_balancing=True,
+                             seed=0, max_draws=200), data, 100)
+    text = str(err.value)
+    assert "no split of 200 Dirichlet draws" in text and "the best draw left" in text
+    fewer = int(re.search(r"(\d+) partitions \(clients\) at lda-alpha 0.05", text).group(1))
+    alpha = float(re.search(r"100 partitions at lda-alpha ([0-9.]+)", text).group(1))
+    assert fewer < 100 and alpha > 0.05
+    for k, a in ((fewer, 0.05), (100, alpha)):
+        parts = split(LdaPartitioner(k, "label", a, min_partition_size=3, self_balancing=True,
+                                     seed=0, max_draws=200), data, k)
+        assert min(len(p) for p in parts) >= 3
