@@ -301,9 +301,20 @@ def results_of(run_dir: Path) -> dict[str, Any] | None:
         return None
 
 
+def is_result(run_dir: Path) -> bool:
+    """The run folder holds a result: a complete run, or one whose training diverged (a method's
+    result, which the table writes as failed, as the papers write "Failed"), not a run that
+    stopped on an error or was killed."""
+    state = run_state(run_dir)["state"]
+    if state == "complete":
+        return True
+    results = results_of(run_dir) if state == "failed" else None
+    return bool(results) and results.get("failure") == "diverged"
+
+
 def is_done(cell: Cell) -> bool:
-    """A complete results.json (`reporting.status`), made from this very cell description."""
-    if run_state(cell.run_dir)["state"] != "complete":
+    """A result (`is_result`) made from this very cell description."""
+    if not is_result(cell.run_dir):
         return False
     try:
         made_from = read_json_bounded(cell.run_dir / "sweep-cell.json", CONFIG_FILE_LIMIT)
@@ -429,12 +440,15 @@ def run_cell_in_process(cell: Cell, sweep: Sweep, echo: bool) -> bool:
 
 
 def finished(cell: Cell, echo: bool) -> bool:
-    """True when the cell's run folder holds a complete results.json (then sweep-cell.json is
+    """True when the cell's run folder holds a result (`is_result`; then sweep-cell.json is
     written); else, with `echo`, print what results.json says and the end of the log."""
     state = run_state(cell.run_dir)  # `flwr run` exits 0 also when the run failed
-    if state["state"] == "complete":
+    if is_result(cell.run_dir):
         write_text_atomic(cell.run_dir / "sweep-cell.json",
                           json.dumps(cell.description(), indent=2))
+        if state["state"] != "complete" and echo:
+            print("    diverged (a result: the table writes it as failed): "
+                  + describe(state), flush=True)
         return True
     if echo:  # what results.json says, and the end of the log
         print("    " + describe(state), flush=True)
@@ -448,9 +462,89 @@ def finished(cell: Cell, echo: bool) -> bool:
     return False
 
 
-def run_sweep(sweep: Sweep, echo: bool = True) -> None:
-    """Run every cell that is not done, in order, on one SuperLink."""
-    todo = [c for c in sweep.cells if not is_done(c)]
+def cells_to_run(sweep: Sweep) -> list[Cell]:
+    """The cells not done, seed by seed (every method and setting of the first seed, then of the
+    next): a sweep stopped early leaves whole seeds, a table of every row."""
+    seeds = list(dict.fromkeys(c.seed for c in sweep.cells))
+    return sorted((c for c in sweep.cells if not is_done(c)), key=lambda c: seeds.index(c.seed))
+
+
+def _cell_in_worker(cell: Cell, sweep: Sweep, threads: int) -> bool:
+    """One in-process cell in a worker process of `run_parallel`, on `threads` threads."""
+    import torch
+
+    torch.set_num_threads(threads)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops the workers
+    return run_cell_in_process(cell, sweep, echo=False)
+
+
+def _progress(done: int, total: int, started: float, last: float) -> str:
+    """'12/114 cells, 0:41:10 so far, about 5:50:00 to go' (the pace of the cells so far)."""
+    spent = time.monotonic() - started
+    left = spent / done * (total - done) if done else None
+
+    def hms(t: float) -> str:
+        return f"{int(t // 3600)}:{int(t % 3600 // 60):02d}:{int(t % 60):02d}"
+
+    return (f"{done}/{total} cells, {hms(spent)} so far"
+            + (f", about {hms(left)} to go" if left is not None and done < total else "")
+            + f" (this cell {last:.0f} s)")
+
+
+def run_parallel(sweep: Sweep, todo: list[Cell], jobs: int) -> None:
+    """In-process cells, `jobs` at a time, each in a worker process of its own with
+    cpu-count / jobs threads; one line per cell as it ends."""
+    import multiprocessing
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+    print(f"in-process: {jobs} cells at a time, {threads} thread(s) each; each cell's round "
+          f"lines are in its {LOGS['in-process']}", flush=True)
+    pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"))
+    started, pending, queue = time.monotonic(), {}, list(todo)
+    done = 0
+    try:
+        while queue or pending:
+            while queue and len(pending) < jobs:
+                cell = queue.pop(0)
+                pending[pool.submit(_cell_in_worker, cell, sweep, threads)] = (
+                    cell, time.monotonic())
+            finished_now, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for future in finished_now:
+                cell, t = pending.pop(future)
+                try:
+                    ok = future.result()
+                except Exception as err:  # the worker died (killed, out of memory)
+                    print(f"    worker: {type(err).__name__}: {err}", flush=True)
+                    ok = False
+                done += 1
+                status = cell_line(cell, ok, sweep)
+                print(f"[{_progress(done, len(todo), started, time.monotonic() - t)}] "
+                      f"{cell.setting + ' / ' if cell.setting else ''}{cell.method} / seed "
+                      f"{cell.seed}: {status}", flush=True)
+                if not ok:
+                    sweep.failed.append(cell)
+    finally:
+        for process in list(getattr(pool, "_processes", {}).values()):
+            process.terminate()  # (a stop: the cells running now are run again next time)
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def cell_line(cell: Cell, ok: bool, sweep: Sweep) -> str:
+    """What became of a cell: its final accuracy, diverged, or failed with where to look."""
+    if not ok:
+        return f"FAILED (see {cell.run_dir / LOGS[sweep.backend]})"
+    results = results_of(cell.run_dir) or {}
+    if results.get("status") != "complete":
+        return "diverged (a result: written as failed in the table)"
+    acc = (results.get("summary") or {}).get("final-test-acc")
+    return "done" + (f", test-acc {100 * acc:.2f} %" if isinstance(acc, (int, float)) else "")
+
+
+def run_sweep(sweep: Sweep, echo: bool = True, jobs: int = 1) -> None:
+    """Run every cell that is not done (`cells_to_run`), on one SuperLink, or in-process
+    `jobs` at a time."""
+    todo = cells_to_run(sweep)
     print(f"sweep {sweep.dir}: {len(sweep.cells)} cells, {len(sweep.cells) - len(todo)} done, "
           f"{len(todo)} to run", flush=True)
     if not todo:
@@ -464,6 +558,9 @@ def run_sweep(sweep: Sweep, echo: bool = True) -> None:
     for sig in previous:  # also when started in the background, where SIGINT is ignored
         signal.signal(sig, interrupted)
     try:
+        if sweep.backend == "in-process" and jobs > 1:
+            run_parallel(sweep, todo, jobs)
+            return
         if sweep.backend == "in-process":
             connection, env = None, None
             print("in-process: the ServerApp and ClientApp run in this process", flush=True)
@@ -481,8 +578,8 @@ def run_sweep(sweep: Sweep, echo: bool = True) -> None:
             t = time.monotonic()
             ok = run_cell_in_process(cell, sweep, echo) if sweep.backend == "in-process" \
                 else run_cell(cell, sweep, connection, env, echo)
-            status = "done" if ok else f"FAILED (see {cell.run_dir / LOGS[sweep.backend]})"
-            print(f"    {status} in {time.monotonic() - t:.0f} s", flush=True)
+            print(f"    {cell_line(cell, ok, sweep)} in {time.monotonic() - t:.0f} s",
+                  flush=True)
             if not ok:
                 sweep.failed.append(cell)
     finally:
@@ -496,7 +593,7 @@ def run_sweep(sweep: Sweep, echo: bool = True) -> None:
 def write_report(sweep: Sweep) -> str:
     """table.md, table.csv, runs.csv and ema*.png in the sweep folder, from the finished cells."""
     done = [(c, results_of(c.run_dir)) for c in sweep.cells]
-    done = [(c, r) for c, r in done if r and run_state(c.run_dir)["state"] == "complete"]
+    done = [(c, r) for c, r in done if r and is_result(c.run_dir)]
     if not done:
         raise SweepError(f"no finished cell in {sweep.dir}: nothing to tabulate")
     first_cfg = resolve(done[0][0].run_config)  # (the cell's own config: checked at load)
@@ -511,11 +608,13 @@ def write_report(sweep: Sweep) -> str:
         summary = run_summary(results.get("rounds", []), acc_at_rounds=rounds,
                               target_accs=targets,
                               total_rounds=resolve(cell.run_config)["num-server-rounds"])
+        summary["diverged"] = results.get("status") != "complete"
         by_row[cell.setting, cell.method].summaries.append(summary)
         cells.append({"setting": cell.setting, "method": cell.method, "seed": cell.seed,
                       "summary": summary, "run-dir": str(cell.run_dir)})
-        curves.setdefault(cell.setting, {}).setdefault(cell.method, []).append(
-            curve(results.get("rounds", []), "ema-acc"))
+        for key in ("ema-acc", "test-acc"):
+            curves.setdefault(key, {}).setdefault(cell.setting, {}).setdefault(
+                cell.method, []).append(curve(results.get("rounds", []), key))
     rows = [m for m in by_row.values() if m.summaries]
     md, csv_text = comparison(rows, rounds, targets)
     sweep_folder(sweep)
@@ -524,11 +623,13 @@ def write_report(sweep: Sweep) -> str:
     write_text_atomic(sweep.dir / "runs.csv", runs_csv(cells, rounds, targets))
     from reporting.plots import plot_ema_curves
 
-    for setting, per_method in curves.items():
-        name = f"ema-{slug(setting)}.png" if setting else "ema.png"
-        plot_ema_curves(per_method, sweep.dir / name, title=f"{sweep.dir.name}"
-                        + (f" / {setting}" if setting else "") + ": EMA test accuracy",
-                        target_accs=targets)
+    for key, what, stem in (("ema-acc", "EMA test accuracy", "ema"),
+                            ("test-acc", "test accuracy", "acc")):
+        for setting, per_method in curves.get(key, {}).items():
+            name = f"{stem}-{slug(setting)}.png" if setting else f"{stem}.png"
+            plot_ema_curves(per_method, sweep.dir / name, title=f"{sweep.dir.name}"
+                            + (f" / {setting}" if setting else "") + f": {what}",
+                            target_accs=targets, ylabel=f"{what} (%)".capitalize())
     return md
 
 
@@ -546,7 +647,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--table-only", action="store_true",
                         help="only (re)write the table and plot")
     parser.add_argument("--quiet", action="store_true", help="do not echo the runs' round lines")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="in-process cells run side by side, each in a process of its own "
+                             "with cpu-count / jobs threads (default 1: in turn, in this "
+                             "process); a cell's round lines then go to its log only")
     args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error(f"--jobs {args.jobs}: give 1 or more cells at a time")
     try:
         sweep = load_sweep(args.sweep, args.out_dir, args.connection,
                            "in-process" if args.in_process else None)
@@ -565,8 +672,12 @@ def main(argv: list[str] | None = None) -> int:
         if sweep.backend == "flwr" and not shutil.which("flwr"):
             print("error: the flwr command is not installed (pip install -e .)", file=sys.stderr)
             return 2
+        if args.jobs > 1 and sweep.backend != "in-process":
+            print("error: --jobs runs in-process cells side by side: add --in-process (or "
+                  "backend: in-process in the sweep file)", file=sys.stderr)
+            return 2
         try:
-            run_sweep(sweep, echo=not args.quiet)
+            run_sweep(sweep, echo=not args.quiet, jobs=args.jobs)
         except KeyboardInterrupt:
             print("interrupted" + (": the SuperLink was stopped" if sweep.backend == "flwr"
                                    else "") + "; run the same command to resume", file=sys.stderr)
@@ -577,8 +688,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 1
     print(md)
-    print(f"table: {sweep.dir / 'table.md'} and table.csv; per run: runs.csv; plot: "
-          f"{', '.join(p.name for p in sorted(sweep.dir.glob('ema*.png')))}")
+    plots = sorted(sweep.dir.glob("ema*.png")) + sorted(sweep.dir.glob("acc*.png"))
+    print(f"table: {sweep.dir / 'table.md'} and table.csv; per run: runs.csv; plots: "
+          f"{', '.join(p.name for p in plots)}")
     if sweep.failed:
         print(f"{len(sweep.failed)} cell(s) failed: " + ", ".join(
             f"{c.method}/seed {c.seed}" for c in sweep.failed), file=sys.stderr)

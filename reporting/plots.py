@@ -94,12 +94,18 @@ def mean_curve(runs: Sequence[tuple[Sequence[int], Sequence[float]]]):
 
 
 def plot_ema_curves(curves: dict[str, Sequence[tuple[Sequence[int], Sequence[float]]]], path: Path,
-                    title: str = "", target_accs: Sequence[float] = ()) -> Path:
-    """One line per method: EMA accuracy vs round, mean over seeds, shaded +- one std.
+                    title: str = "", target_accs: Sequence[float] = (),
+                    ylabel: str = "EMA test accuracy (%)") -> Path:
+    """One line per method: EMA accuracy (or what `ylabel` names) vs round, mean over seeds,
+    shaded +- one std, on the rounds every seed has.
 
-    `curves[method]` holds one (rounds, ema values as fractions) pair per seed.
+    `curves[method]` holds one (rounds, values as fractions) pair per seed.
     """
-    fig, ax = _figure(title, "round", "EMA test accuracy (%)")
+    fig, ax = _figure(title, "round", ylabel)
+    if len(curves) > 10:  # more methods than the default colours: 20 of them
+        from matplotlib import colormaps
+
+        ax.set_prop_cycle(color=colormaps["tab20"].colors)
     top = 0.0
     for method, runs in curves.items():
         rounds, mean, std = mean_curve(runs)

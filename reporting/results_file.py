@@ -17,6 +17,9 @@ RESULTS = "results.json"
 # 256 MiB: a row is about 1 KB, so over 200,000 rounds; the papers' longest runs have 2,000
 RESULTS_LIMIT = 256 * 2**20
 STATUSES = ("running", "complete", "failed")
+# a failed run's kind: 'diverged' (the training broke down: a result, as the papers' "Failed")
+# or 'error' (anything else: a result of nothing)
+FAILURES = ("diverged", "error")
 
 
 def read_results(run_dir: Path) -> dict[str, Any]:
@@ -59,6 +62,8 @@ def results_problem(data: Any) -> str | None:
     for key in ("error", "run-uid", "started-at", "ended-at"):
         if data.get(key) is not None and not isinstance(data[key], str):
             return f"'{key}' is {data[key]!r}, not a string"
+    if data.get("failure") not in (None, *FAILURES):
+        return f"'failure' is {data.get('failure')!r}, not one of {', '.join(FAILURES)}"
     if data.get("flower-run-id") is not None and not _is_int(data["flower-run-id"]):
         return f"'flower-run-id' is {data['flower-run-id']!r}, not a whole number"
     ids = data.get("flower-run-ids", [])

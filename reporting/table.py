@@ -1,7 +1,11 @@
 """The papers' comparison table: one row per method, mean +- std over seeds, as Markdown and CSV.
 
-Columns: Acc. at R1, Acc. at R2 (EMA test accuracy, %), rounds to X%, rounds to Y% (first round
-whose EMA reaches the target), MB sent per round (down + up), number of seeds.
+Columns: Final acc. (the test accuracy of the last round, %, as GC-Fed's tables report it), Acc.
+at R1, Acc. at R2 (EMA test accuracy, %), rounds to X%, rounds to Y% (first round whose EMA
+reaches the target), MB sent per round (down + up), number of seeds.
+A seed whose training diverged (its summary says `diverged`) is a result, never dropped: the
+final accuracy is then the mean of the other seeds with "(k/n failed)", or "Failed (n/n)" when
+every seed diverged (the papers write "Failed"); its other columns count the rounds it had.
 Rounds to a target: "mean +- std" when every seed reached it; "T+" when none did; when only some
 did, the mean counting the others as T, marked "+" (a lower bound) with how many reached it.
 Standard deviations are sample standard deviations (n - 1); one seed shows the mean alone.
@@ -50,6 +54,15 @@ def format_acc(values: Sequence[float | None]) -> str:
     return text if len(have) == len(values) else f"{text} ({len(have)}/{len(values)})"
 
 
+def format_final(summaries: Sequence[dict[str, Any]]) -> str:
+    """The last round's test accuracy over seeds, diverged seeds named (module docstring)."""
+    failed = sum(1 for x in summaries if x.get("diverged"))
+    if failed == len(summaries):
+        return f"Failed ({failed}/{failed})"
+    text = format_acc([x.get("final-test-acc") for x in summaries if not x.get("diverged")])
+    return text + (f" ({failed}/{len(summaries)} failed)" if failed else "")
+
+
 def format_rounds(values: Sequence[int | str], total_rounds: int) -> str:
     """Rounds to a target over seeds: ints where reached, 'T+' strings where not."""
     reached = [v for v in values if isinstance(v, int)]
@@ -63,7 +76,7 @@ def format_rounds(values: Sequence[int | str], total_rounds: int) -> str:
 
 
 def header(acc_at_rounds: Sequence[int], target_accs: Sequence[float]) -> list[str]:
-    return (["Method"] + [f"Acc. at {r}R (%)" for r in acc_at_rounds]
+    return (["Method", "Final acc. (%)"] + [f"Acc. at {r}R (%)" for r in acc_at_rounds]
             + [f"Rounds to {round_key(t)}%" for t in target_accs] + ["MB per round", "Seeds"])
 
 
@@ -73,7 +86,7 @@ def table_rows(runs: Sequence[MethodRuns], acc_at_rounds: Sequence[int],
     for m in runs:
         s = m.summaries
         total = max((x["rounds"] for x in s), default=0)
-        cells = [m.method]
+        cells = [m.method, format_final(s)]
         cells += [format_acc([x["acc-at-round"].get(round_key(r)) for x in s])
                   for r in acc_at_rounds]
         cells += [format_rounds([x["rounds-to-acc"][round_key(t)] for x in s], total)
@@ -120,14 +133,16 @@ def comparison(runs: Sequence[MethodRuns], acc_at_rounds: Sequence[int],
 def runs_csv(cells: Sequence[dict[str, Any]], acc_at_rounds: Sequence[int],
              target_accs: Sequence[float]) -> str:
     """One row per run (cell) with the raw numbers behind the table."""
-    head = (["setting", "method", "seed", "rounds"] + [f"acc-at-{r}" for r in acc_at_rounds]
+    head = (["setting", "method", "seed", "status", "rounds"]
+            + [f"acc-at-{r}" for r in acc_at_rounds]
             + [f"rounds-to-{round_key(t)}" for t in target_accs]
             + ["final-test-acc", "final-ema-acc", "bytes-down-total", "bytes-up-total",
                "train-seconds", "run-dir"])
     rows = []
     for c in cells:
         s = c["summary"]
-        rows.append([c["setting"], c["method"], c["seed"], s["rounds"]]
+        rows.append([c["setting"], c["method"], c["seed"],
+                     "diverged" if s.get("diverged") else "complete", s["rounds"]]
                     + [s["acc-at-round"].get(round_key(r)) for r in acc_at_rounds]
                     + [s["rounds-to-acc"][round_key(t)] for t in target_accs]
                     + [s["final-test-acc"], s["final-ema-acc"], s["bytes-down-total"],

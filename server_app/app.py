@@ -24,6 +24,8 @@ from reporting.tracking import build_trackers
 from run_config import ConfigError, load_setup, resolve
 from run_config.check import check_robust
 from strategies.assembly import build_strategy
+from strategies.round_loop import NothingLearned
+from strategies.state_check import ServerStateNotFinite
 
 from . import console
 from .checkpoint import (check_owner, check_resumable, find_checkpoint, load_checkpoint,
@@ -99,7 +101,7 @@ def main(grid: Grid, context: Context) -> None:
         text = console.report_error(err, where.get("run_dir"))
         if where.get("run_dir") is not None:
             try:
-                mark_failed(where["run_dir"], text)
+                mark_failed(where["run_dir"], text, failure_kind(err))
             except OSError as failed:  # (a full disk: the first error is the one to see)
                 log(WARNING, "Could not mark %s failed: %s", where["run_dir"], failed)
         if where.get("recorder") is not None:
@@ -108,6 +110,12 @@ def main(grid: Grid, context: Context) -> None:
     finally:  # (also on KeyboardInterrupt; a killed process loses the lock with its files)
         if where.get("lock") is not None:
             where["lock"].release()
+
+
+def failure_kind(err: BaseException) -> str:
+    """'diverged' when the training broke down (a non-finite server state, or rounds that
+    aggregated nothing: a method's result, as the papers' "Failed"), else 'error'."""
+    return "diverged" if isinstance(err, (ServerStateNotFinite, NothingLearned)) else "error"
 
 
 def run_server(grid: Grid, context: Context, where: dict) -> None:

@@ -167,7 +167,7 @@ def mark_running(run_dir: Path, cfg: dict[str, Any], flower_run_id: int | None,
     old_summary = old.get("summary") if isinstance(old.get("summary"), dict) else {}
     from methods import untested_combinations  # (light: no torch)
 
-    results = {"config": cfg, "status": "running", "error": None,
+    results = {"config": cfg, "status": "running", "error": None, "failure": None,
                "run-uid": run_uid or uuid.uuid4().hex,
                "untested-combinations": untested_combinations(cfg),
                "flower-run-id": flower_run_id,
@@ -177,10 +177,12 @@ def mark_running(run_dir: Path, cfg: dict[str, Any], flower_run_id: int | None,
     write_json_atomic(Path(run_dir) / RESULTS, results)
 
 
-def mark_failed(run_dir: Path, error: str) -> None:
-    """results.json says "failed", with the error; the rows written so far stay."""
+def mark_failed(run_dir: Path, error: str, failure: str = "error") -> None:
+    """results.json says "failed", with the error and its kind (`failure`: 'diverged' when the
+    training itself broke down, a result; 'error' otherwise); the rows written so far stay."""
     results = read_results(run_dir) or {"summary": {}, "rounds": []}
-    results.update({"status": "failed", "error": error, "ended-at": now_iso()})
+    results.update({"status": "failed", "error": error, "failure": failure,
+                    "ended-at": now_iso()})
     results.setdefault("summary", {})["complete"] = False
     write_json_atomic(Path(run_dir) / RESULTS, results)
 
@@ -222,7 +224,7 @@ class RunRecorder:
         # what mark_running wrote (status, Flower run ids, start time) stays in every save
         header = read_results(run_dir) or {}
         self.header = {k: v for k, v in header.items() if k not in ("config", "summary", "rounds")}
-        self.header.update({"status": "running", "error": None})
+        self.header.update({"status": "running", "error": None, "failure": None})
         self.trackers: list = []  # reporting.tracking: log(round, row) and close()
 
     def train_metrics(self, contents: list[RecordDict], weight_key: str) -> MetricRecord:

@@ -78,16 +78,18 @@ def test_comparison_table_one_row_per_method():
     md, csv = comparison([MethodRuns("FedAvg", [a, a]), MethodRuns("FedACG", [a, b])], [2, 4],
                          [55, 60])
     lines = md.strip().splitlines()
-    assert lines[0] == ("| Method | Acc. at 2R (%) | Acc. at 4R (%) | Rounds to 55% "
-                        "| Rounds to 60% | MB per round | Seeds |")
-    assert lines[2] == "| FedAvg | 52.00 ± 0.00 | 59.22 ± 0.00 | 3 ± 0 | 4+ | 0.3 | 2 |"
+    assert lines[0] == ("| Method | Final acc. (%) | Acc. at 2R (%) | Acc. at 4R (%) "
+                        "| Rounds to 55% | Rounds to 60% | MB per round | Seeds |")
+    # final: the last round's test accuracy (0.9 for every seed), not its EMA
+    assert lines[2] == ("| FedAvg | 90.00 ± 0.00 | 52.00 ± 0.00 | 59.22 ± 0.00 | 3 ± 0 | 4+ "
+                        "| 0.3 | 2 |")
     # b: EMA 0.6, 0.62, 0.648, 0.6732 -> 55% and 60% at round 1; a: 55% at 3, 60% never (4+)
     # 0.3 MB per round: (1e5 down + 2e5 up) bytes
-    assert lines[3].startswith("| FedACG | 57.00 ± 7.07 | 63.27 ± 5.73 | 2 ± 1.4 "
+    assert lines[3].startswith("| FedACG | 90.00 ± 0.00 | 57.00 ± 7.07 | 63.27 ± 5.73 | 2 ± 1.4 "
                                "| 2.5+ (1/2 reached) |")
     assert len(lines) == 4
-    assert csv.splitlines()[0] == ("Method,Acc. at 2R (%),Acc. at 4R (%),Rounds to 55%,"
-                                   "Rounds to 60%,MB per round,Seeds")
+    assert csv.splitlines()[0] == ("Method,Final acc. (%),Acc. at 2R (%),Acc. at 4R (%),"
+                                   "Rounds to 55%,Rounds to 60%,MB per round,Seeds")
     two = comparison([MethodRuns("FedAvg", [a], "iid"), MethodRuns("FedAvg", [b], "dir0.3")], [2],
                      [55])
     assert "### iid" in two[0] and "### dir0.3" in two[0]
@@ -212,3 +214,16 @@ def test_reporting_imports_neither_flower_nor_torch():
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1],
                    check=True)
+
+
+def test_a_diverged_seed_is_named_not_dropped():
+    """GC-Fed writes a method that diverged "Failed": the final accuracy is the other seeds'
+    mean (sample std by hand: 0.8 and 0.7 -> 75.00 +- 7.07) with how many failed."""
+    from reporting.table import format_final
+
+    ok = [{"final-test-acc": 0.8}, {"final-test-acc": 0.7}]
+    diverged = {"final-test-acc": 0.1, "diverged": True}
+    assert format_final(ok) == "75.00 ± 7.07"
+    assert format_final(ok + [diverged]) == "75.00 ± 7.07 (1/3 failed)"
+    assert format_final([ok[0], diverged]) == "80.00 (1/2 failed)"
+    assert format_final([diverged, diverged]) == "Failed (2/2)"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from experiments.sweep import SweepError, load_sweep
+from experiments.sweep import SweepError, cells_to_run, load_sweep
 from test_reporting import assert_plot
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -106,17 +106,16 @@ def test_sweep_writes_the_table_and_plot_and_resumes(tmp_path, capsys):
     assert "started run" in (by_flwr / "flwr-run.log").read_text()
 
     lines = (sweep_dir / "table.md").read_text().strip().splitlines()
-    assert lines[0] == ("| Method | Acc. at 2R (%) | Acc. at 3R (%) | Rounds to 1% "
-                        "| Rounds to 99.5% | MB per round | Seeds |")
+    assert lines[0] == ("| Method | Final acc. (%) | Acc. at 2R (%) | Acc. at 3R (%) "
+                        "| Rounds to 1% | Rounds to 99.5% | MB per round | Seeds |")
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in lines[2:]]
     assert [r[0] for r in rows] == ["FedAvg", "FedACG"]  # one row per method, in the file's order
     for r in rows:
-        assert (re.fullmatch(r"\d+\.\d\d ± \d+\.\d\d", r[1])
-                and re.fullmatch(r"\d+\.\d\d ± \d+\.\d\d", r[2]))
-        assert r[3] == "1 ± 0"  # every seed is above 1% after round 1
-        assert r[4] == "3+"  # nobody reaches 99.5% in 3 rounds
-        assert r[6] == "2"
-    assert rows[0][5] == rows[1][5]  # FedACG sends what FedAvg sends
+        assert all(re.fullmatch(r"\d+\.\d\d ± \d+\.\d\d", c) for c in r[1:4])
+        assert r[4] == "1 ± 0"  # every seed is above 1% after round 1
+        assert r[5] == "3+"  # nobody reaches 99.5% in 3 rounds
+        assert r[7] == "2"
+    assert rows[0][6] == rows[1][6]  # FedACG sends what FedAvg sends
     with open(sweep_dir / "table.csv") as f:
         table = list(csv.reader(f))
     assert table[0][0] == "Method" and [r[0] for r in table[1:]] == ["FedAvg", "FedACG"]
@@ -224,3 +223,81 @@ def test_in_process_sweep_refuses_a_connection_and_an_unknown_backend(tmp_path):
         load_sweep(write(tmp_path / "grid.yaml", spec), backend="in-process")
     with pytest.raises(SweepError, match="backend 'ray'"):
         load_sweep(write(tmp_path / "grid.yaml", {**spec, "backend": "ray"}))
+
+
+def test_cells_side_by_side_and_a_diverged_method_is_a_result(tmp_path, capsys):
+    """--jobs 2: the cells run in two worker processes, seed by seed, one progress line per cell.
+    A method whose training diverges (its replies end non-finite) is a result, never
+    dropped: its run folder says failed / diverged, the table writes it 'Failed (2/2)', runs.csv
+    'diverged', and a rerun runs nothing (it is done)."""
+    from experiments.sweep import main
+
+    grid = write(tmp_path / "par.yaml", {
+        "out-dir": str(tmp_path / "out"),
+        "federation-config": {"num-supernodes": 4},
+        "run-config": {"num-server-rounds": 6, "local-iterations": 20, "fraction-train": 0.5,
+                       "model": "mlp"},
+        "seeds": [0, 1],
+        # FedAvgM with every step at its largest: the weights grow 1e4-fold a round until the
+        # replies are not finite (dropped), and then the run stops (max-skipped-rounds 1)
+        "methods": {"FedAvg": {"method": "fedavg"},
+                    "Broken": {"method": "fedavgm", "lam": 0.99, "eta": 1000.0, "lr": 1000.0,
+                               "update-norm-ratio": 0.0, "max-skipped-rounds": 1}},
+        "acc-at-rounds": [2],
+    })
+    assert main([str(grid), "--in-process", "--jobs", "2"]) == 0  # (a diverged cell: a result)
+    out = capsys.readouterr().out
+    ends = re.findall(r"^\[(\d)/4 cells, .*\] (\w+) / seed (\d): (.*)$", out, re.M)
+    assert sorted(e[0] for e in ends) == ["1", "2", "3", "4"]
+    assert {(m, s): why.split(" ")[0] for _, m, s, why in ends} == {
+        ("FedAvg", "0"): "done,", ("FedAvg", "1"): "done,", ("Broken", "0"): "diverged",
+        ("Broken", "1"): "diverged"}
+    sweep_dir = tmp_path / "out" / "par"
+    # the order they were handed out: seed by seed (a stopped sweep leaves whole seeds)
+    sweep = load_sweep(grid)
+    for cell in sweep.cells:
+        (cell.run_dir / "sweep-cell.json").unlink()
+    assert [(c.method, c.seed) for c in cells_to_run(sweep)] == [
+        ("FedAvg", 0), ("Broken", 0), ("FedAvg", 1), ("Broken", 1)]
+    results = json.loads((sweep_dir / "runs" / "Broken" / "seed-1" / "results.json").read_text())
+    assert results["status"] == "failed" and results["failure"] == "diverged"
+    rows = [[c.strip() for c in r.strip("|").split("|")]
+            for r in (sweep_dir / "table.md").read_text().strip().splitlines()[2:]]
+    assert rows[1][:2] == ["Broken", "Failed (2/2)"] and rows[1][-1] == "2"
+    assert re.fullmatch(r"\d+\.\d\d ± \d+\.\d\d", rows[0][1])
+    with open(sweep_dir / "runs.csv") as f:
+        status = {(r["method"], r["seed"]): r["status"] for r in csv.DictReader(f)}
+    assert status[("Broken", "0")] == "diverged" and status[("FedAvg", "1")] == "complete"
+    assert_plot(sweep_dir / "acc.png")
+    for cell in sweep.cells:  # (made again: the cells were run from these descriptions)
+        (cell.run_dir / "sweep-cell.json").write_text(json.dumps(cell.description()))
+    assert main([str(grid), "--in-process", "--jobs", "2"]) == 0
+    assert "4 cells, 4 done, 0 to run" in capsys.readouterr().out
+
+
+def test_a_failed_cell_that_did_not_diverge_runs_again(tmp_path):
+    """Only a diverged run is a result: a run that stopped on an error (here: marked so by
+    hand) or was killed (status running) is run again."""
+    from experiments.sweep import is_result
+
+    run_dir = tmp_path / "cell"
+    run_dir.mkdir()
+    for status, failure, result in (("failed", "error", False), ("failed", None, False),
+                                    ("running", None, False), ("failed", "diverged", True),
+                                    ("complete", None, True)):
+        (run_dir / "results.json").write_text(json.dumps({
+            "config": {"num-server-rounds": 1}, "status": status, "failure": failure,
+            "summary": {"complete": status == "complete"},
+            "rounds": [{"round": 0}, {"round": 1, "test-acc": 0.5}]}))
+        assert is_result(run_dir) is result, (status, failure)
+
+
+def test_a_run_that_broke_down_is_marked_diverged_any_other_error_not():
+    from server_app.app import failure_kind
+    from strategies.round_loop import NothingLearned
+    from strategies.state_check import ServerStateNotFinite
+
+    assert failure_kind(ServerStateNotFinite("NaN in theta")) == "diverged"
+    assert failure_kind(NothingLearned("no round aggregated a reply")) == "diverged"
+    for other in (ValueError("bad key"), RuntimeError("a bug"), OSError("disk full")):
+        assert failure_kind(other) == "error"
