@@ -21,8 +21,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_every_shipped_setup_is_valid_and_carries_the_papers_numbers():
     names = setup_names()
-    assert len(names) == 52
-    for prefix, count in (("fedacg-", 15), ("fedagm-", 12), ("gcfed-t5-", 9), ("gcfed-t6-", 16)):
+    assert len(names) == 54
+    for prefix, count in (("fedacg-", 15), ("fedagm-", 12), ("gcfed-t5-", 11), ("gcfed-t6-", 16),
+                          ("gcfed-t5-fmnist-", 2)):
         assert sum(n.startswith(prefix) for n in names) == count, prefix
     for name in names:
         s = load_setup(name)
@@ -34,6 +35,24 @@ def test_every_shipped_setup_is_valid_and_carries_the_papers_numbers():
         assert s["method"] in rows, name  # the paper's own method has a row
         assert all(len(r) == len(s["reported"]["columns"]) for r in rows.values())
         assert s["num-supernodes"] * cfg["fraction-train"] >= cfg["min-train-nodes"] - 1e-9
+
+
+@pytest.mark.parametrize("name,clients,alpha,min_size", [
+    ("gcfed-t5-fmnist-5of200-lda0.05", 200, 0.05, 1),
+    ("gcfed-t5-fmnist-5of100-lda0.1", 100, 0.1, 10)])
+def test_the_fashion_mnist_setups_are_the_emnist_columns_but_for_data_and_split(
+        name, clients, alpha, min_size):
+    """GC-Fed's Table 5 EMNIST set-up with Fashion-MNIST in its place: every other value (model,
+    local training, rounds, the FedDyn row's clipping, the paper's numbers) is the EMNIST
+    column's; 5 clients a round."""
+    emnist, fmnist = (load_setup(n) for n in ("gcfed-t5-emnist-5of1000-lda0.05", name))
+    differ = {"dataset": "fashion-mnist", "lda-alpha": alpha, "lda-min-size": min_size,
+              "fraction-train": 5 / clients}
+    assert fmnist["run-config"] == {**emnist["run-config"], **differ}
+    assert fmnist["num-supernodes"] == clients
+    assert fmnist["row-config"] == emnist["row-config"]
+    assert fmnist["reported"]["rows"] == emnist["reported"]["rows"]
+    assert "EMNIST column" in fmnist["reported"]["metric"]
 
 
 def test_setup_values_are_the_papers():
