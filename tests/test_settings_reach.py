@@ -215,3 +215,45 @@ def test_the_server_reference_is_the_default_rule():
     got, want = app_rounds(SERVER_BASE), reference_rounds(**SERVER_DEFAULTS)
     for name in want:
         torch.testing.assert_close(got[name], want[name], rtol=0, atol=1e-6, msg=name)
+
+
+# --- the baselines' knobs: the built part or rule holds the value ----------------------------
+
+KNOBS = [  # (method, key, a value away from the default, client part / uplink codec / rule)
+    ("fedlc", "lc-tau", 0.37, "fedlc"), ("fedntd", "ntd-beta", 0.37, "fedntd"),
+    ("fedntd", "ntd-tau", 0.37, "fedntd"), ("feddecorr", "decorr-beta", 0.37, "feddecorr"),
+    ("moon", "moon-mu", 0.37, "moon"), ("moon", "moon-tau", 0.37, "moon"),
+    ("fedsol", "sol-rho", 0.37, "sol"), ("fedmlb", "mlb-lambda1", 0.37, "mlb"),
+    ("fedmlb", "mlb-lambda2", 0.37, "mlb"), ("fedmlb", "mlb-temperature", 0.37, "mlb"),
+    ("feddyn", "feddyn-alpha", 0.37, "feddyn"), ("feddc", "feddc-alpha", 0.37, "feddc"),
+    ("fedcm", "fedcm-alpha", 0.37, "fedcm"), ("fedpaq", "uplink-bits", 3, "fedpaq"),
+    ("feddyn", "feddyn-alpha", 0.37, "rule"), ("fedadam", "fedopt-tau", 0.037, "rule"),
+    ("fedvarp", "fedvarp-memory-mb", 37.0, "rule"), ("fedcm", "fedcm-alpha", 0.37, "rule"),
+]
+
+
+def holds(obj, value, depth: int = 2) -> bool:
+    """Whether `obj` keeps `value` in an attribute (or one of its attributes' attributes)."""
+    if depth < 0:
+        return False
+    if isinstance(obj, (int, float, str)) and not isinstance(obj, bool):
+        return obj == value
+    if isinstance(obj, dict):
+        return any(holds(v, value, depth - 1) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return any(holds(v, value, depth - 1) for v in obj)
+    return hasattr(obj, "__dict__") and any(holds(v, value, depth - 1)
+                                            for v in vars(obj).values())
+
+
+@pytest.mark.parametrize("method, key, value, where", KNOBS,
+                         ids=[f"{m}-{k}-{w}" for m, k, _, w in KNOBS])
+def test_a_baseline_knob_reaches_its_part(method, key, value, where):
+    base = {"method": method, **({"model": "resnet18"} if method == "fedmlb" else {})}
+    run_config = {**base, key: value}
+    assert value != resolve(base)[key], key
+    if where == "rule":  # the ServerApp's rule
+        built = build_strategy(resolve(run_config), tiny_model()).rule
+    else:  # the ClientApp's parts, the uplink codec first
+        built = {p.name: p for p in method_parts(resolve(run_config))[1]}[where]
+    assert holds(built, value), f"{key} = {value} set, {type(built).__name__} holds no such value"
