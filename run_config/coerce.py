@@ -11,9 +11,9 @@ from .schema import Key
 
 
 def _fail(key: Key, value: Any, why: str = "") -> ConfigError:
-    shown = f"'{value}'" if isinstance(value, str) else repr(value)
-    msg = f"run config '{key.name}' = {shown}: {why or 'not allowed'}; allowed: {key.allowed()}."
-    return ConfigError(msg + f" Fix it in pyproject.toml or with --run-config \"{key.name}=...\".")
+    return ConfigError.of_value(
+        key.name, value, f": {why or 'not allowed'}; allowed: {key.allowed()}.",
+        f" Fix it in pyproject.toml or with --run-config \"{key.name}=...\".")
 
 
 def coerce(key: Key, value: Any) -> Any:

@@ -220,12 +220,11 @@ def _check_parts(cfg: dict[str, Any], explicit: set[str]) -> None:
         default = base[name] if name in base else KEYS_BY_NAME[name].default
         if name in owners and name not in used and cfg[name] != default:
             names = ", ".join(f"'{p.name}'" for p in owners[name])
-            raise ConfigError(
-                f"run config '{name}' = {cfg[name]!r} is a knob of {names}, which this run does "
-                f"not use (server-rule '{cfg['server-rule']}': {rule.summary or rule.__doc__}; "
-                f"client-objective "
-                f"'{cfg['client-objective']}'): drop it, or choose a server-rule / "
-                "client-objective that has it.")
+            raise ConfigError.of_value(
+                name, cfg[name], f" is a knob of {names}, which this run does not use "
+                f"(server-rule '{cfg['server-rule']}': {rule.summary or rule.__doc__}; "
+                f"client-objective '{cfg['client-objective']}'): drop it, or choose a "
+                "server-rule / client-objective that has it.")
     if getattr(rule, "flower_class", None) and (cfg["robust-aggregator"] != "mean"
                                                 or cfg["dp-clipping-norm"] > 0):
         raise ConfigError(

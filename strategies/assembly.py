@@ -9,12 +9,15 @@ clients' own state, the uplink codec and every screening limit.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+import torch
 from torch import nn
 
 import methods
 from methods.registry import parse_objective
+from models.centralization import ModelLayout
 from server_math.reply_screen import record_layouts
 
 from .client_state_rounds import ClientStateRounds
@@ -66,15 +69,27 @@ def strategy_arguments(cfg: dict[str, Any], *, min_available_nodes: int,
         uplink=codec.decoder(cfg) if codec else None)
 
 
+def build_rule(cfg: dict[str, Any], model: nn.Module | ModelLayout,
+               state: Mapping[str, torch.Tensor] | None = None
+               ) -> tuple[methods.ServerRule, dict[str, dict[str, torch.Tensor]]]:
+    """The server rule `server-rule` names (the method's by default) for `model`, and what each
+    of its reply records must hold (`up_records`, e.g. SCAFFOLD's scaffold-dc: one tensor per
+    parameter): the one place a rule is built, for the app (`build_strategy`) and the named
+    strategies alike. `model`: the module, or the `ModelLayout` of a model's arrays `state`
+    (a named strategy's `initial_arrays`; None: `model.state_dict()`)."""
+    rule = methods.SERVER_RULES[cfg["server-rule"]](cfg, model)
+    state = model.state_dict() if state is None else state
+    return rule, record_layouts(rule.up, model.named_parameters(), state)
+
+
 def build_strategy(cfg: dict[str, Any], model: nn.Module, **fedavg_kwargs) -> MethodStrategy:
     """The app's strategy: the round loop around the server rule `server-rule` names (the
     method's by default), for this project's `model`, Flower FedAvg's keywords from the run
     config (`fraction-train`, ...; `fedavg_kwargs` add the metric aggregations)."""
-    rule = methods.SERVER_RULES[cfg["server-rule"]](cfg, model)
+    rule, up_records = build_rule(cfg, model)
     return MethodStrategy(
         rule, **strategy_arguments(cfg, min_available_nodes=cfg["min-train-nodes"]),
-        # what the rule's reply records must hold
-        up_records=record_layouts(rule.up, model.named_parameters(), model.state_dict()),
+        up_records=up_records,
         fraction_train=cfg["fraction-train"], fraction_evaluate=cfg["fraction-evaluate"],
         min_train_nodes=cfg["min-train-nodes"], min_evaluate_nodes=cfg["min-evaluate-nodes"],
         min_available_nodes=cfg["min-train-nodes"], **fedavg_kwargs)

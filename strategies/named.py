@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import difflib
 import inspect
-import re
 from collections.abc import Callable, Sequence
 from logging import INFO
 from typing import Any, ClassVar
@@ -28,9 +27,8 @@ from methods.registry import parse_objective
 from models.centralization import ModelLayout
 from run_config import ConfigError, resolve
 from run_config.schema import KEYS, KEYS_BY_NAME
-from server_math.reply_screen import record_layouts
 
-from .assembly import strategy_arguments
+from .assembly import build_rule, strategy_arguments
 from .round_loop import MethodStrategy
 
 PREFIX = methods.parts.CONFIG_PREFIX  # the train config's keys that carry the method
@@ -180,10 +178,8 @@ class Method(MethodStrategy):
                 self.settings.setdefault("model", part.models[0])
         try:
             self.cfg = resolve({"method": method, **self.settings})
-        except ConfigError as err:
-            text = str(err).split(" Fix it in ")[0]
-            text = re.sub(r"run config '([a-z0-9-]+)'", lambda m: self._user(m.group(1)), text)
-            text = re.sub(r"^([a-z0-9-]+) =", lambda m: self._user(m.group(1)) + " =", text)
+        except ConfigError as err:  # the value's key under the name the user gave it
+            text = err.sentence(self._user(err.key)) if err.key else str(err)
             raise ValueError(f"{name}: {text} (the settings are the run-config keys of "
                              "docs/configuration.md with '_' for '-')") from None
         super().__init__(
@@ -252,7 +248,7 @@ class Method(MethodStrategy):
                 raise ValueError(f"{name}: {err}") from None
             classifier = []  # not needed: a model that ends otherwise is fine
         try:
-            self.rule = methods.SERVER_RULES[cfg["server-rule"]](cfg, layout)
+            self.rule, self.up_records = build_rule(cfg, layout, state)
         except KeyError as err:
             if err.args != ("lr",):
                 raise
@@ -261,8 +257,6 @@ class Method(MethodStrategy):
                              "ConfigRecord({'lr': ...}))") from None
         except ValueError as err:
             raise ValueError(f"{name}: {err}") from None
-        # what its reply records must hold (SCAFFOLD's scaffold-dc: one tensor per parameter)
-        self.up_records = record_layouts(self.rule.up, layout.named_parameters(), state)
         sent = {**self.settings, **({"lr": cfg["lr"]} if lr_known else {})}
         self.client_config = {PREFIX + "name": self.method,
                               **{PREFIX + k: v for k, v in sent.items()}}

@@ -133,7 +133,9 @@ class MethodStrategy(RoundConfig, FedAvg):
         evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None, *,
         first_round: int = 1, round_end_fn: Callable[[int, ArrayRecord], None] | None = None,
     ) -> Result:
-        """Flower's `Strategy.start` loop, run from `first_round` to `num_rounds`.
+        """Flower's `Strategy.start` loop, run from `first_round` to `num_rounds`: a copy,
+        held to the installed Flower's by tests/test_flower_loop.py (why it is one:
+        docs/extending.md#flowers-loop).
 
         `first_round = 1`: a fresh run from `initial_arrays` (evaluated as round 0). Later: a
         resumed run, from the state given to `load_state_dict` (`initial_arrays` is not used).
