@@ -1,9 +1,11 @@
 """The methods: one module per method, gathered in one registry (docs/extending.md).
 
 A method module declares a `MethodDefinition` (name, paper, server rule, client parts, preset
-values) and the parts it adds, and registers them with `register`. The run config's allowed
-`method`, `server-rule` and `client-objective` values, the presets and the docs' method table all
-come from here; the strategy and the ClientApp build their parts from here and never name a method.
+values) and the parts it adds, each with the run-config keys it owns (`settings`, `Key`s), and
+registers them with `register` (`register_from_file` imports such a module from anywhere). The
+run config's keys and allowed `method`, `server-rule` and `client-objective` values, the presets
+and the docs' method table all come from here; the strategy and the ClientApp build their parts
+from here and never name a method.
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ import fedacg_gc  # noqa: F401  (first: a module that shadows one of ours is nam
 
 from .parts import (FLOATS, PARAMETERS, ClientPart, Config, MethodDefinition, ReplyMetric,
                     ServerRule, SettingError, UplinkCodec, UpRecord)
-from .registry import (BASE_PRESET, CLIENT_PARTS, METHODS, SERVER_RULES, UPLINK_CODECS,
-                       check_parts, client_part_names, method_names, preset_of, register,
-                       server_rule_names, unregister, untested_combinations, uplink_codec)
+from .registry import (CLIENT_PARTS, METHODS, SERVER_RULES, UPLINK_CODECS, check_parts,
+                       client_part_names, method_names, register, register_from_file,
+                       server_rule_names, setting_owners, unregister, untested_combinations,
+                       uplink_codec)
+from .settings import PRESET, Key
 
 # The built-in methods (each module registers itself on import).
 from . import fedavg, fedprox, fedavgm, fedacg, fedagm  # noqa: E402,F401,I001
@@ -26,9 +30,9 @@ from . import scaffold, feddyn, feddc  # noqa: E402,F401
 from . import moon, fedlc, fedntd, feddecorr  # noqa: E402,F401
 from . import fedcm, fedvarp, fedpaq  # noqa: E402,F401
 
-__all__ = ["BASE_PRESET", "CLIENT_PARTS", "ClientPart", "Config", "FLOATS", "METHODS",
-           "MethodDefinition", "PARAMETERS", "ReplyMetric", "SERVER_RULES", "ServerRule",
-           "SettingError",
-           "UPLINK_CODECS", "UpRecord", "UplinkCodec", "check_parts", "client_part_names",
-           "method_names", "preset_of", "register", "server_rule_names", "unregister",
+__all__ = ["CLIENT_PARTS", "ClientPart", "Config", "FLOATS", "Key", "METHODS",
+           "MethodDefinition", "PARAMETERS", "PRESET", "ReplyMetric", "SERVER_RULES",
+           "ServerRule", "SettingError", "UPLINK_CODECS", "UpRecord", "UplinkCodec",
+           "check_parts", "client_part_names", "method_names", "register",
+           "register_from_file", "server_rule_names", "setting_owners", "unregister",
            "untested_combinations", "uplink_codec"]

@@ -15,6 +15,7 @@ from typing import Any
 from . import momentum
 from .parts import ClientPart, MethodDefinition, ReplyMetric, SettingError
 from .registry import register
+from .settings import Key
 
 DELTA = "fedcm-delta"  # the record of Delta in the train instruction
 WHY_NOT_LOOKAHEAD = "FedCM is itself a momentum correction; no paper adds look-ahead to it"
@@ -38,7 +39,12 @@ class FedCMCorrection(ClientPart):
     """g = a * grad + (1 - a) * Delta, Delta from the server (record 'fedcm-delta')."""
 
     name = "fedcm"
-    keys = ("fedcm-alpha",)
+    settings = (
+        Key("fedcm-alpha", float, 0.1,
+            "FedCM's a: the client steps along a * gradient + (1 - a) * Delta, Delta the server's"
+            " average gradient of the last round (docs/baselines.md#fedcm).",
+            "client", low=0.0, high=1.0, strategy=True, topic="Baselines"),
+    )
     down = (DELTA,)
     untested = {"lookahead": WHY_NOT_LOOKAHEAD, "local-gc": WHY_NOT_GC}
 

@@ -28,6 +28,7 @@ from typing import Any
 from .feddyn import UNTESTED_GC, ModelStepRule
 from .parts import ClientPart, MethodDefinition, UpRecord
 from .registry import register
+from .settings import Key
 
 G_RECORD, DELTA_G_RECORD = "feddc-g", "feddc-dg"
 H_I_STATE, G_I_STATE = "feddc-h-i", "feddc-g-i"
@@ -73,7 +74,15 @@ class DriftCorrection(ClientPart):
     """FedDC's drift prox and gradient correction; h_i and G_i kept on the node."""
 
     name = "feddc"
-    keys = ("feddc-alpha", "feddc-steps")
+    settings = (
+        Key("feddc-alpha", float, 0.01, "FedDC's alpha: drift penalty "
+            "alpha/om_i/2 ||w - (phi - h_i)||^2 (docs/baselines.md#feddc).", "client", low=0.0,
+            low_open=True, high=1e4, strategy=True, topic="Baselines"),
+        Key("feddc-steps", str, "mean", "FedDC: K of the correction d_i/(K lr): 'mean', as its "
+            "code, one K for all clients (local-epochs * ceil(mean n_j / batch-size), or "
+            "local-iterations); 'own', the steps each client took (docs/baselines.md#feddc).",
+            "client", choices=("mean", "own"), strategy=True, topic="Baselines"),
+    )
     down = (G_RECORD,)
     up = UP
     client_state = True

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from . import momentum  # noqa: F401  (registers the server rule)
 from .parts import ClientPart, MethodDefinition
 from .registry import register
+from .settings import PRESET, Key
 
 if TYPE_CHECKING:
     import torch
@@ -41,7 +42,18 @@ class FeatureDecorrelation(ClientPart):
     """beta * L_dec of the batch's features, read from the same forward pass as the logits."""
 
     name = "feddecorr"
-    keys = ("decorr-beta", "decorr-features")
+    settings = (
+        Key("decorr-beta", float, PRESET,
+            "FedDecorr: weight beta of the decorrelation term (docs/baselines.md#feddecorr); "
+            "feddecorr-fedacg 0.01, feddecorr-gcfed 0.001.",
+            "client", choices=(PRESET,), low=0.0, high=1e4, strategy=True, topic="Baselines",
+            base=0.01),
+        Key("decorr-features", str, PRESET,
+            "FedDecorr: the features decorrelated: the penultimate ones, or (GC-Fed code) the "
+            "flattened conv map for the CNN and the penultimate ones otherwise.",
+            "client", choices=(PRESET, "penultimate", "conv-map"), strategy=True,
+            topic="Baselines", base="penultimate"),
+    )
 
     def __init__(self, cfg) -> None:
         super().__init__(cfg)
@@ -70,5 +82,5 @@ register(FeatureDecorrelation,
          MethodDefinition("feddecorr-fedacg", PAPER + " (FedACG code)", "momentum", ("feddecorr",),
                           {**FEDACG, "aggregation": "uniform"}),
          MethodDefinition("feddecorr-gcfed", PAPER + " (GC-Fed code)", "momentum", ("feddecorr",),
-                          {"decorr-beta": 0.001, "decorr-features": "conv-map",
-                           "aggregation": "uniform"}))
+                          {"aggregation": "uniform", "decorr-beta": 0.001,
+                           "decorr-features": "conv-map"}))

@@ -22,6 +22,7 @@ from typing import Any
 from . import fedprox, momentum
 from .parts import ClientPart, MethodDefinition
 from .registry import register
+from .settings import Key
 
 G_I_STATE = "feddyn-g-i"
 UNTESTED_LOOKAHEAD = ("it has its own server rule, theta = mean - h/alpha, and no paper defines "
@@ -33,7 +34,12 @@ class FedDynTerm(ClientPart):
     """- <g_i, w> + alpha/2 ||w - phi||^2 (as gradients), g_i kept on the node."""
 
     name = "feddyn"
-    keys = ("feddyn-alpha",)
+    settings = (
+        Key("feddyn-alpha", float, 0.1,
+            "FedDyn's alpha: loss += alpha/2 ||w - phi||^2 - <g_i, w>, server theta = mean - "
+            "h/alpha (docs/baselines.md#feddyn).",
+            "client", low=0.0, low_open=True, high=1e4, strategy=True, topic="Baselines"),
+    )
     client_state = True
     untested = {"local-gc": UNTESTED_GC}
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from . import momentum  # noqa: F401  (registers the server rule)
 from .parts import ClientPart, MethodDefinition
 from .registry import register
+from .settings import PRESET, Key
 
 if TYPE_CHECKING:
     import torch
@@ -45,7 +46,11 @@ class LogitCalibration(ClientPart):
     """Replaces CE with FedLC's calibrated CE (counts from the client's training labels)."""
 
     name = "fedlc"
-    keys = ("lc-tau",)
+    settings = (
+        Key("lc-tau", float, PRESET, "FedLC: calibration strength tau, logits f_c - tau * "
+            "n_c^(-1/4) (docs/baselines.md#fedlc); fedlc-fedacg 1, fedlc-gcfed 0.1.", "client",
+            choices=(PRESET,), low=0.0, high=1e4, strategy=True, topic="Baselines", base=1.0),
+    )
 
     def __init__(self, cfg) -> None:
         super().__init__(cfg)
@@ -69,4 +74,4 @@ register(LogitCalibration,
          MethodDefinition("fedlc-fedacg", PAPER + " (FedACG code)", "momentum", ("fedlc",),
                           {"lc-tau": 1.0, "aggregation": "uniform"}),
          MethodDefinition("fedlc-gcfed", PAPER + " (GC-Fed code)", "momentum", ("fedlc",),
-                          {"lc-tau": 0.1, "aggregation": "uniform"}))
+                          {"aggregation": "uniform", "lc-tau": 0.1}))

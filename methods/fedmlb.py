@@ -9,6 +9,7 @@ from __future__ import annotations
 from . import momentum  # noqa: F401  (registers the server rule)
 from .parts import ClientPart, MethodDefinition
 from .registry import register
+from .settings import Key
 
 
 def mlb_branch_loss(teacher, preacts, main_logits, y, lambda1: float, lambda2: float,
@@ -32,7 +33,15 @@ class MultiLevelBranches(ClientPart):
     """The branches' terms added to alpha * CE(main); the forward pass keeps a_0..a_4."""
 
     name = "mlb"
-    keys = ("mlb-lambda1", "mlb-lambda2", "mlb-temperature")
+    settings = (
+        Key("mlb-lambda1", float, 1.0,
+            "FedMLB's weight lambda_1 of the branches' cross-entropy (docs/baselines.md#fedmlb).",
+            "client", low=0.0, high=1e4, strategy=True, topic="Baselines"),
+        Key("mlb-lambda2", float, 1.0, "FedMLB's weight lambda_2 of the branches' KL to the main "
+            "logits.", "client", low=0.0, high=1e4, strategy=True, topic="Baselines"),
+        Key("mlb-temperature", float, 1.0, "FedMLB's temperature T of that KL.", "client", low=0.0,
+            low_open=True, high=1e4, strategy=True, topic="Baselines"),
+    )
     models = ("resnet18",)  # a model with a stem and stages (FedMLB's own code: ResNets only)
     untested = {
         "local-gc": "no paper combines FedMLB with GC (FedMLB is a loss term only)",

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from . import momentum  # noqa: F401  (registers the server rule)
 from .parts import ClientPart, MethodDefinition
 from .registry import register
+from .settings import PRESET, Key
 
 if TYPE_CHECKING:
     import torch
@@ -44,7 +45,18 @@ class NotTrueDistillation(ClientPart):
     'fedacg' form the task loss is scaled by (1 - beta)."""
 
     name = "fedntd"
-    keys = ("ntd-beta", "ntd-tau", "ntd-form")
+    settings = (
+        Key("ntd-beta", float, PRESET,
+            "FedNTD: weight beta of the not-true distillation term (docs/baselines.md#fedntd); "
+            "fedntd-fedacg 0.3, fedntd-gcfed 1.",
+            "client", choices=(PRESET,), low=0.0, high=1.0, strategy=True, topic="Baselines",
+            base=0.3),
+        Key("ntd-tau", float, 1.0, "FedNTD: distillation temperature tau.", "client", low=0.0,
+            low_open=True, high=1e4, strategy=True, topic="Baselines"),
+        Key("ntd-form", str, PRESET, "FedNTD: 'fedacg' = (1 - beta) CE + beta KL (FedACG code), "
+            "'gcfed' = CE + beta tau^2 KL (GC-Fed and FedNTD code).", "client",
+            choices=(PRESET, "fedacg", "gcfed"), strategy=True, topic="Baselines", base="fedacg"),
+    )
 
     def __init__(self, cfg) -> None:
         super().__init__(cfg)
@@ -76,4 +88,4 @@ register(NotTrueDistillation,
          MethodDefinition("fedntd-fedacg", PAPER + " (FedACG code)", "momentum", ("fedntd",),
                           {**FEDACG, "aggregation": "uniform"}),
          MethodDefinition("fedntd-gcfed", PAPER + " (GC-Fed code)", "momentum", ("fedntd",),
-                          {"ntd-beta": 1.0, "ntd-form": "gcfed", "aggregation": "uniform"}))
+                          {"aggregation": "uniform", "ntd-beta": 1.0, "ntd-form": "gcfed"}))

@@ -25,6 +25,7 @@ from . import momentum  # noqa: F401  (registers the server rule)
 from . import fedprox  # noqa: F401  (registers the proximal term)
 from .parts import MethodDefinition, UplinkCodec
 from .registry import register
+from .settings import PRESET, Key
 
 NORMS = "fedpaq.norms"  # the reply's array of per-tensor norms
 
@@ -115,7 +116,20 @@ class UplinkQuantizer(UplinkCodec):
     rebuilds phi + Q(d_i)."""
 
     name = "fedpaq"
-    keys = ("uplink-bits", "uplink-tensors", "seed")
+    settings = (
+        Key("uplink-bits", int, PRESET,
+            "FedPAQ uplink quantization: each client sends d_i = w - phi quantized to this many "
+            "bits per element (s = 2^(b-1) levels, stochastic rounding); 0 = off "
+            "(docs/baselines.md#fedpaq).",
+            "client", choices=(PRESET,), low=0, high=16, strategy=True, topic="Baselines", base=0),
+        Key("uplink-tensors", str, "all",
+            "Which tensors uplink-bits quantizes: every float tensor, or the gymlab code's conv "
+            "weights without the stem (gymlab) or with the stem conv and the classifier weight "
+            "(gymlab-first-last); the others are sent in fp32.",
+            "client", choices=("all", "gymlab", "gymlab-first-last"), strategy=True,
+            topic="Baselines"),
+    )
+    keys = ("seed",)
 
     @classmethod
     def on(cls, cfg: dict) -> bool:

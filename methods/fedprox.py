@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from . import momentum  # noqa: F401  (registers the server rule)
 from .parts import ClientPart, MethodDefinition
 from .registry import register
+from .settings import PRESET, Key
 
 if TYPE_CHECKING:
     import torch
@@ -32,7 +33,9 @@ class ProximalTerm(ClientPart):
     """beta/2 * ||w - phi||^2 (FedProx's mu = beta; FedACG's and FedAGM's beta)."""
 
     name = "proximal"
-    keys = ("beta",)
+    settings = (Key("beta", float, PRESET, "Proximal coefficient: loss += beta/2 * ||w - phi||^2 "
+                    "(FedProx mu).", "client", choices=(PRESET,), low=0.0, high=1e4,
+                    strategy=True, topic="Method", base=0.0),)
 
     def __init__(self, cfg) -> None:
         super().__init__(cfg)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from . import momentum  # noqa: F401  (registers the server rule)
 from .parts import ClientPart, MethodDefinition
 from .registry import register
+from .settings import Key
 
 TEMPERATURE = 3.0  # of the KL to the teacher, fixed in the reference code (no T^2 factor)
 
@@ -35,7 +36,10 @@ class SolPerturbation(ClientPart):
     loss's gradient at w + e (sol_perturbation), with the weights put back at w."""
 
     name = "sol"
-    keys = ("sol-rho",)
+    settings = (
+        Key("sol-rho", float, 1.0, "FedSOL's perturbation size rho (docs/baselines.md#fedsol); "
+            "0 = FedAvg's step.", "client", low=0.0, high=1e4, strategy=True, topic="Baselines"),
+    )
 
     def __init__(self, cfg) -> None:
         super().__init__(cfg)

@@ -24,6 +24,7 @@ from fileio.reading import open_regular
 
 from .parts import MethodDefinition, ServerRule, SettingError
 from .registry import register
+from .settings import Key
 
 WHY_NOT = "FedVARP has its own server rule; no paper adds it"
 UNTESTED_GC = "GC-Fed keeps GC off variance-reduction methods (docs/baselines.md#combinations)"
@@ -60,7 +61,13 @@ class FedVARPRule(ServerRule):
     """theta += eta * (y + mean_S(d_i - y_i)); the table of the last update of every client."""
 
     name = "fedvarp"
-    keys = ("eta", "aggregation", "fedvarp-memory-mb")
+    settings = (
+        Key("fedvarp-memory-mb", float, 2048.0,
+            "FedVARP keeps the last update of every client (N models): in memory up to this many "
+            "MB, beyond in a memory-mapped file next to the runs (docs/baselines.md#fedvarp).",
+            "server", low=0.0, resume_may_differ=True, high=1e9, strategy=True, topic="Baselines"),
+    )
+    keys = ("eta", "aggregation")
     supports = frozenset({"aggregation=uniform", "resume"})
     untested = {"local-gc": UNTESTED_GC}  # (global GC and look-ahead: not supported at all)
     summary = ("variance reduction with the last update of every client "

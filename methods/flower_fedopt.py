@@ -12,13 +12,17 @@ from typing import ClassVar
 
 from .parts import ServerRule
 from .registry import register
+from .settings import Key
 
 
 class FlowerFedOpt(ServerRule):
     """One of Flower's FedOpt strategies, used for its server update only."""
 
     flower_class: ClassVar[str] = "FedAdam"  # in flwr.serverapp.strategy (imported when built)
-    keys = ("eta", "fedopt-tau")
+    settings = (Key("fedopt-tau", float, 1e-3,
+                    "Adaptivity tau of fedadam/fedyogi/fedadagrad (Flower's FedOpt).",
+                    "server", low=0.0, low_open=True, high=1e3, strategy=True, topic="Method"),)
+    keys = ("eta",)
     sampling = "flower"
     summary = "Flower's own FedOpt strategy: no look-ahead, global GC, uniform weights, resume"
 

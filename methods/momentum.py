@@ -17,15 +17,28 @@ from typing import Any
 
 from .parts import ServerRule
 from .registry import register
+from .settings import PRESET, Key
 
 
 class MomentumRule(ServerRule):
     """Look-ahead broadcast, weighted mean of the updates, global GC, server momentum and step."""
 
     name = "momentum"
-    keys = ("lookahead", "lam", "eta", "aggregation", "global-gc", "gc-vectors", "gc-borderline",
-            "robust-aggregator", "trim-fraction", "num-malicious", "multikrum-select",
-            "dp-clipping-norm", "dp-noise-multiplier")
+    settings = (
+        Key("lookahead", bool, PRESET,
+            "Broadcast phi = theta + lam*m instead of theta (FedACG/FedAGM).",
+            "server", choices=(PRESET,), strategy=True, topic="Method", base=False),
+        Key("lam", float, PRESET, "Server momentum / look-ahead coefficient lambda.",
+            "server", choices=(PRESET,), low=0.0, high=1.0, high_open=True, strategy=True,
+            topic="Method", base=0.0),
+        Key("eta", float, PRESET,
+            "Server step size (FedAGM's tau; FedOpt's eta for fedadam/fedyogi/fedadagrad).",
+            "server", choices=(PRESET,), low=0.0, low_open=True, high=1e3, strategy=True,
+            topic="Method", base=1.0),
+    )
+    keys = ("aggregation", "global-gc", "gc-vectors", "gc-borderline", "robust-aggregator",
+            "trim-fraction", "num-malicious", "multikrum-select", "dp-clipping-norm",
+            "dp-noise-multiplier")
     supports = frozenset({"lookahead", "global-gc", "aggregation=uniform", "dynamic-clients",
                           "resume"})
     summary = "look-ahead broadcast, server momentum, global GC (docs/algorithms.md#server-round)"

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from . import momentum  # noqa: F401  (registers the server rule)
 from .parts import ClientPart, MethodDefinition
 from .registry import register
+from .settings import Key
 
 if TYPE_CHECKING:
     import torch
@@ -43,7 +44,13 @@ class ModelContrastive(ClientPart):
     in its first round: no term)."""
 
     name = "moon"
-    keys = ("moon-mu", "moon-tau")
+    settings = (
+        Key("moon-mu", float, 1.0,
+            "MOON: weight mu of the model-contrastive term (docs/baselines.md#moon).",
+            "client", low=0.0, high=1e4, strategy=True, topic="Baselines"),
+        Key("moon-tau", float, 0.5, "MOON: temperature of the cosine similarities.", "client",
+            low=0.0, low_open=True, high=1e4, strategy=True, topic="Baselines"),
+    )
     client_state = True
 
     def __init__(self, cfg) -> None:

@@ -13,6 +13,8 @@ from typing import Any, ClassVar
 
 from server_math.records import FLOATS, PARAMETERS, ReplyMetric, UpRecord  # noqa: F401
 
+from .settings import Key
+
 Config = dict[str, Any]  # a resolved run config (run_config.resolve)
 # The strategies of `strategies.named` send their method to the clients in each train
 # instruction's config as keys with this prefix: 'method.name', 'method.<run-config key>' for each
@@ -20,11 +22,39 @@ Config = dict[str, Any]  # a resolved run config (run_config.resolve)
 CONFIG_PREFIX = "method."
 
 
+class Part:
+    """What server rules and client parts share: the run-config keys they declare and read."""
+
+    # Its own knobs: the run-config keys its class body declares (`Key`s: type, default, range,
+    # help), gathered by run_config.schema from the registry (docs/extending.md#a-methods-knobs).
+    settings: ClassVar[tuple[Key, ...]] = ()
+    # The other keys it reads (declared in run_config/schema.py or by another part). A class
+    # body without `keys` reads what its base class reads, besides its own settings.
+    keys: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def declared(cls) -> tuple[Key, ...]:
+        """The knobs this class declares itself (a subclass does not declare its base's)."""
+        return vars(cls).get("settings", ())
+
+    @classmethod
+    def reads(cls) -> tuple[str, ...]:
+        """Every run-config key it reads: its settings, and those of its base classes up to the
+        first class whose body lists the other `keys` it reads, and those `keys`."""
+        names: list[str] = []
+        for klass in cls.__mro__:
+            if issubclass(klass, Part):
+                names += [key.name for key in klass.declared()]
+                if "keys" in vars(klass):
+                    return (*names, *klass.keys)
+        return tuple(names)
+
+
 class SettingError(ValueError):
     """A part refuses a setting it was built with (e.g. FedCM with server momentum): the message
     names the key and the fix. The run config's own checks raise `run_config.ConfigError`."""
 
-class ClientPart:
+class ClientPart(Part):
     """One part of the client objective of the local update (docs/algorithms.md
     #local-update). Every hook is optional; the local update calls, in this order:
 
@@ -53,7 +83,6 @@ class ClientPart:
     """
 
     name: ClassVar[str] = ""
-    keys: ClassVar[tuple[str, ...]] = ()  # run-config keys this part reads (its knobs)
     down: ClassVar[tuple[str, ...]] = ()  # records it needs in the train instruction
     up: ClassVar[Mapping[str, UpRecord]] = {}  # records it adds to the reply: what each holds
     # Keeps per-client state across rounds (ctx.load_state / ctx.save_state): one version per
@@ -126,7 +155,7 @@ class UplinkCodec(ClientPart):
         raise NotImplementedError
 
 
-class ServerRule:
+class ServerRule(Part):
     """How the screened replies and the server state turn into the next theta
     (docs/algorithms.md #server-round). The round loop calls, each round:
 
@@ -146,7 +175,6 @@ class ServerRule:
     """
 
     name: ClassVar[str] = ""
-    keys: ClassVar[tuple[str, ...]] = ()  # run-config keys this rule reads
     down: ClassVar[tuple[str, ...]] = ()  # records it adds to the train instruction
     up: ClassVar[Mapping[str, UpRecord]] = {}  # records it needs in every reply: what each holds
     # numbers it reads from each reply's MetricRecord (besides num-examples): name -> the range

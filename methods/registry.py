@@ -3,25 +3,23 @@ of them can work (before the run starts)."""
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
+import sys
 from collections.abc import Mapping
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
-from .parts import ClientPart, MethodDefinition, ReplyMetric, ServerRule, UplinkCodec, UpRecord
+from .parts import (ClientPart, MethodDefinition, Part, ReplyMetric, ServerRule, UplinkCodec,
+                    UpRecord)
+from .settings import Key
 
 METHODS: dict[str, MethodDefinition] = {}
 SERVER_RULES: dict[str, type[ServerRule]] = {}
 CLIENT_PARTS: dict[str, type[ClientPart]] = {}
 UPLINK_CODECS: dict[str, type[UplinkCodec]] = {}
-
-# The value of every preset-controlled key when a method does not set it: plain FedAvg
-# (docs/algorithms.md #presets).
-BASE_PRESET: dict[str, Any] = {
-    "lookahead": False, "lam": 0.0, "eta": 1.0, "beta": 0.0, "local-gc": "none",
-    "global-gc": "none", "aggregation": "examples", "uplink-bits": 0,
-    # the baselines' preset-controlled knobs (docs/baselines.md)
-    "lc-tau": 1.0, "ntd-beta": 0.3, "ntd-form": "fedacg", "decorr-beta": 0.01,
-    "decorr-features": "penultimate",
-}
+_PARTS_IN_ORDER: list[type[Part]] = []  # the registered rules, parts and codecs, oldest first
 
 
 class RegistryError(ValueError):
@@ -49,6 +47,9 @@ def register(*items: MethodDefinition | type[ServerRule] | type[ClientPart]) -> 
             raise RegistryError(f"'{name}' is registered already ({table[name]!r})")
         if table is not METHODS:
             _check_declarations(item)
+            _check_settings(item)
+            if item not in _PARTS_IN_ORDER:
+                _PARTS_IN_ORDER.append(item)
         table[name] = item
     for method in (i for i in items if isinstance(i, MethodDefinition)):
         unknown = [p for p in (method.server_rule,) if p not in SERVER_RULES]
@@ -72,11 +73,64 @@ def _check_declarations(part: type[ServerRule] | type[ClientPart]) -> None:
                 "(docs/extending.md#the-hooks)")
 
 
+def _check_settings(part: type[Part]) -> None:
+    """A part declares its knobs as `methods.Key`s, each name once in the whole registry (a part
+    that reads another's knob names it in `keys`)."""
+    declared = part.declared()
+    if not isinstance(declared, tuple) or not all(isinstance(k, Key) for k in declared):
+        raise RegistryError(f"{part.__name__}.settings = {declared!r}: give a tuple of "
+                            "methods.Key, e.g. settings = (Key('my-knob', float, 0.5, 'What it "
+                            "does.', 'server', low=0.0, high=1.0),) (docs/extending.md"
+                            "#a-methods-knobs)")
+    owners = {key.name: owner for key, owner in setting_owners() if owner is not part}
+    for key in declared:
+        if key.name in owners:
+            raise RegistryError(f"{part.__name__} declares the run-config key '{key.name}', "
+                                f"which {owners[key.name].__name__} declares already: name it "
+                                "in `keys` to read it, or give the new knob another name")
+        if key.name in part.keys:
+            raise RegistryError(f"{part.__name__} names '{key.name}' in both `settings` and "
+                                "`keys`: `keys` lists only the knobs declared elsewhere")
+
+
+def setting_owners() -> list[tuple[Key, type[Part]]]:
+    """Every knob the registered server rules and client parts (and their base classes) declare
+    in their `settings`, with the class that declares it, in the order they were registered."""
+    owners: dict[type[Part], None] = {}  # each registered part's own class and its bases
+    for part in _PARTS_IN_ORDER:
+        owners.update((k, None) for k in reversed(part.__mro__) if issubclass(k, Part))
+    return [(key, owner) for owner in owners for key in owner.declared()]
+
+
+def register_from_file(path: str | Path) -> ModuleType:
+    """Import the method module at `path` (a .py file anywhere), whose top level registers its
+    method, parts and their settings with `register` as a module of methods/ does; the same file
+    again returns the module imported the first time. Import it before the run config is
+    resolved, in the ServerApp and the ClientApp processes alike (docs/extending.md)."""
+    path = Path(path).resolve()
+    digest = hashlib.sha256(str(path).encode()).hexdigest()[:12]
+    module_name = f"method_file_{path.stem.replace('-', '_')}_{digest}"
+    if module_name in sys.modules:
+        return sys.modules[module_name]
+    if not path.is_file() or path.suffix != ".py":
+        raise RegistryError(f"no method module at {path}: give the path of a .py file")
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[module_name]
+        raise
+    return module
+
+
 def unregister(*items: MethodDefinition | type[ServerRule] | type[ClientPart]) -> None:
     """Remove registered items (tests that add a method for their own duration)."""
     for table in (METHODS, SERVER_RULES, CLIENT_PARTS, UPLINK_CODECS):
         for name in [n for n, v in table.items() if any(v is i for i in items)]:
             del table[name]
+    _PARTS_IN_ORDER[:] = [p for p in _PARTS_IN_ORDER if not any(p is i for i in items)]
 
 
 def method_names() -> tuple[str, ...]:
@@ -89,13 +143,6 @@ def server_rule_names() -> tuple[str, ...]:
 
 def client_part_names() -> tuple[str, ...]:
     return tuple(CLIENT_PARTS)
-
-
-def preset_of(name: str) -> dict[str, Any]:
-    """The value of every preset-controlled key under method `name` (parts included)."""
-    method = METHODS[name]
-    return {**BASE_PRESET, **method.preset, "server-rule": method.server_rule,
-            "client-objective": ",".join(method.client_parts) or "none"}
 
 
 def uplink_codec(cfg: dict[str, Any]) -> type[UplinkCodec] | None:

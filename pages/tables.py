@@ -1,5 +1,5 @@
-"""The pages generated from the one definition of every key (`run_config/schema.py`,
-`presets.py`, `topics.py`, `setups/*.yaml`); `python -m pages` prints them:
+"""The pages generated from the one definition of every key (`run_config/schema.py` and the
+methods' `settings`, `presets.py`, `topics.py`, `setups/*.yaml`); `python -m pages` prints them:
 
     python -m pages --markdown     docs/configuration.md (every key, grouped by topic)
     python -m pages --methods      the README's methods table
@@ -8,7 +8,7 @@
     python -m pages --toml         the [tool.flwr.app.config] section of pyproject.toml
 """
 
-from run_config.presets import PRESETS
+from run_config.presets import PRESETS, base_preset
 from run_config.schema import KEYS, KEYS_BY_NAME, Key
 from run_config.setups import load_setup, setup_names
 from run_config.topics import grouped
@@ -40,12 +40,13 @@ def allowed_text(k: Key) -> str:
 
 CONFIGURATION_INTRO = """# Configuration
 
-Every run-config key, with its default, its allowed values and what it does. The keys are defined
-once, in `run_config/schema.py` (type, default, range, help); the same definition validates a run,
-makes the `[tool.flwr.app.config]` section of `pyproject.toml` (`python -m pages --toml`) and
-this page (`python -m pages --markdown`, grouped by `run_config/topics.py`; a test keeps the
-page equal to that output). A wrong key or value stops the run before anything starts, with an
-error naming the key and what is allowed.
+Every run-config key, with its default, its allowed values and what it does. Each key is defined
+once (type, default, range, help, topic): the app's own in `run_config/schema.py`, a method's own
+knobs in its module in `methods/` ([extending](extending.md#a-methods-knobs)); the same
+definition validates a run, makes the `[tool.flwr.app.config]` section of `pyproject.toml`
+(`python -m pages --toml`) and this page (`python -m pages --markdown`, by the topics of
+`run_config/topics.py`; a test keeps the page equal to that output). A wrong key or value stops
+the run before anything starts, with an error naming the key and what is allowed.
 
 Set keys with `flwr run . --run-config "KEY=VALUE KEY=VALUE"`: strings in single quotes
 (`method='gcfed'`), numbers and `true`/`false` bare. The keys whose default is `'preset'` take the
@@ -58,7 +59,7 @@ run-config key ([performance](performance.md)).
 
 def markdown() -> str:
     """docs/configuration.md: one table per topic."""
-    topics = grouped([k.name for k in KEYS])
+    topics = grouped(KEYS)
     out = [CONFIGURATION_INTRO.rstrip(), "",
            "Topics: " + ", ".join(f"[{t}](#{t.lower().replace(' ', '-')})" for t, _, _ in topics)
            + "."]
@@ -76,12 +77,12 @@ def methods() -> str:
     rule, client parts and the preset values it sets away from plain FedAvg's."""
     import methods as registry
 
+    base = base_preset()
     rows = ["| method | server rule | client parts | sets | paper |", "| --- " * 5 + "|"]
-    for name, preset in PRESETS.items():
+    for name in PRESETS:
         method = registry.METHODS[name]
         sets = ", ".join(f"`{k}` {str(v).lower() if isinstance(v, bool) else v}"
-                         for k, v in preset.items()
-                         if k in registry.BASE_PRESET and v != registry.BASE_PRESET[k])
+                         for k, v in method.preset.items() if k in base and v != base[k])
         rows.append(f"| `{name}` | {method.server_rule} | "
                     f"{', '.join(method.client_parts) or '-'} | {sets or '-'} | {method.paper} |")
     return "\n".join(rows)
@@ -261,17 +262,18 @@ def configuration_page() -> str:
 
 
 def toml() -> str:
+    """The [tool.flwr.app.config] section: every key with its default, topic by topic as in
+    docs/configuration.md."""
     lines = ["[tool.flwr.app.config]"]
-    group = None
-    for k in KEYS:
-        if k.group != group:
-            group = k.group
-            lines.append(f"# {group}")
-        if isinstance(k.default, bool):
-            value = str(k.default).lower()
-        elif isinstance(k.default, str):
-            value = f'"{k.default}"'
-        else:
-            value = repr(k.default)
-        lines.append(f"{k.name} = {value}")
+    for title, _, names in grouped(KEYS):
+        lines.append(f"# {title}")
+        for name in names:
+            default = KEYS_BY_NAME[name].default
+            if isinstance(default, bool):
+                value = str(default).lower()
+            elif isinstance(default, str):
+                value = f'"{default}"'
+            else:
+                value = repr(default)
+            lines.append(f"{name} = {value}")
     return "\n".join(lines)

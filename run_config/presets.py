@@ -8,12 +8,27 @@ from typing import Any
 
 import methods
 
+from .schema import KEYS
+
+
+def base_preset() -> dict[str, Any]:
+    """The value of every preset-controlled key when a method does not set it: plain FedAvg's
+    (each key's `base`, docs/algorithms.md#presets)."""
+    return {key.name: key.base for key in KEYS if key.base is not None}
+
+
+def preset_of(name: str) -> dict[str, Any]:
+    """The value of every preset-controlled key under method `name` (parts included)."""
+    method = methods.METHODS[name]
+    return {**base_preset(), **method.preset, "server-rule": method.server_rule,
+            "client-objective": ",".join(method.client_parts) or "none"}
+
 
 class _Presets(Mapping):
     """method name -> {preset-controlled key: value}, live over the registry."""
 
     def __getitem__(self, name: str) -> dict[str, Any]:
-        return methods.preset_of(name)
+        return preset_of(name)
 
     def __iter__(self) -> Iterator[str]:
         return iter(methods.method_names())

@@ -13,7 +13,7 @@ from methods.registry import parse_objective
 
 from .coerce import coerce
 from .errors import ConfigError
-from .presets import PRESETS
+from .presets import PRESETS, base_preset
 from .schema import KEYS, KEYS_BY_NAME, NATURAL_ID_DATASETS, PRESET, REMOVED_KEYS
 from .setups import apply_setup
 
@@ -204,16 +204,16 @@ def _check_parts(cfg: dict[str, Any], explicit: set[str]) -> None:
             f"{', '.join(repr(p) for p in methods.client_part_names())}.")
     rule = methods.SERVER_RULES[cfg["server-rule"]]
     parts = [methods.CLIENT_PARTS[p] for p in parse_objective(cfg["client-objective"])]
-    used = set(rule.keys).union(*(p.keys for p in parts))
+    used = set(rule.reads()).union(*(p.reads() for p in parts))
     owners = {}
     for part in [*methods.SERVER_RULES.values(), *methods.CLIENT_PARTS.values()]:
-        for key in part.keys:
+        for key in part.reads():
             owners.setdefault(key, []).append(part)
     problems = methods.check_parts(cfg)
     if problems:
         raise ConfigError("run config: these parts cannot work together: " + "; ".join(problems)
                           + ". Choose other parts or switches.")
-    base = methods.BASE_PRESET
+    base = base_preset()
     # knobs set away from their default: preset keys given explicitly, and every other key
     plain = {name for name in owners if name not in PRESETS[cfg["method"]]}
     for name in sorted(explicit | plain):

@@ -7,63 +7,12 @@ pyproject.toml (a test keeps them equal) and docs/configuration.md
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Iterator, Mapping, Sequence
 
 import methods
 from feddata.specs import CLIENT_VAL_FRACTION, CUSTOM_CLASSES
-
-PRESET = "preset"  # value of a preset-controlled key that means "take it from `method`"
-
-
-@dataclass(frozen=True)
-class Key:
-    name: str
-    kind: type  # bool, int, float or str
-    default: Any
-    help: str
-    group: str
-    choices: tuple[str, ...] = ()  # allowed strings (for str keys: the only values)
-    low: float | None = None
-    high: float | None = None
-    low_open: bool = False  # low < value instead of low <= value
-    high_open: bool = False
-    # May differ between a checkpoint's config and the config that resumes it (operational keys
-    # that do not change the maths); every other key must be equal.
-    resume_may_differ: bool = False
-    # A keyword of the named strategies (strategies.named: FedACG(lam=...), Method(...)): the
-    # method's and the baselines' knobs, the clients' learning rate, the screening of replies,
-    # sampling and the clients' population; the other keys configure this project's app.
-    strategy: bool = False
-    # Allowed strings read from the methods registry when asked (methods may be registered after
-    # this module is imported, e.g. by a test); added to `choices`.
-    registry: Callable[[], tuple[str, ...]] | None = None
-
-    def options(self) -> tuple[str, ...]:
-        return self.choices + (self.registry() if self.registry else ())
-
-    @property
-    def preset(self) -> bool:
-        return PRESET in self.choices and self.kind is not str
-
-    def allowed(self) -> str:
-        """Human-readable description of the allowed values."""
-        if self.kind is str:
-            options = self.options()
-            return " | ".join(f"'{c}'" for c in options) if options else "any string"
-        parts = []
-        if self.kind is bool:
-            parts.append("true | false")
-        else:
-            lo = "-inf" if self.low is None else f"{self.low:g}"
-            hi = "inf" if self.high is None else f"{self.high:g}"
-            lb = "(" if self.low_open or self.low is None else "["
-            rb = ")" if self.high_open or self.high is None else "]"
-            parts.append(f"{self.kind.__name__} in {lb}{lo}, {hi}{rb}")
-        parts += [f"'{c}'" for c in self.choices]
-        return " | ".join(parts)
-
+from methods.registry import RegistryError
+from methods.settings import PRESET, Key
 
 METHODS = methods.method_names()  # the built-in methods; `methods.method_names()` is the live list
 
@@ -82,7 +31,10 @@ INITS = ("default", "kaiming", "torchvision")  # models.INITS
 
 _P = (PRESET,)
 
-KEYS: tuple[Key, ...] = (
+# The app's own keys, in the order the docs and the pyproject section list them within their
+# topics (run_config/topics.py); each method's own knobs are declared in its module (the
+# `settings` of its server rule or client part) and follow them.
+APP_KEYS: tuple[Key, ...] = (
     # --- method and server update (docs/algorithms.md#server-round, #presets) ---
     Key("setup", str, "", "A paper set-up (run_config/setups/<name>.yaml, or a path to such a "
         "file): its method and values replace every key still at its default; '' = none.",
@@ -94,43 +46,31 @@ KEYS: tuple[Key, ...] = (
     Key("server-rule", str, "preset", "How the replies and the server state become the next "
         "theta (docs/extending.md): the method's own, or another method's rule.", "server",
         choices=("preset",), registry=methods.server_rule_names, strategy=True),
-    Key("lookahead", bool, PRESET,
-        "Broadcast phi = theta + lam*m instead of theta (FedACG/FedAGM).",
-        "server", choices=_P, strategy=True),
-    Key("lam", float, PRESET, "Server momentum / look-ahead coefficient lambda.",
-        "server", choices=_P, low=0.0, high=1.0, high_open=True, strategy=True),
-    Key("eta", float, PRESET,
-        "Server step size (FedAGM's tau; FedOpt's eta for fedadam/fedyogi/fedadagrad).",
-        "server", choices=_P, low=0.0, low_open=True, high=1e3, strategy=True),
+    Key("client-objective", str, "preset", "The client parts (loss terms, gradient corrections) "
+        "added to alpha * CE, comma-separated in the order applied; 'none' = plain CE; "
+        "'preset' = the method's. Known parts: see docs/extending.md.", "client", strategy=True,
+        topic="Method"),
     Key("aggregation", str, PRESET, "Client weights: proportional to examples, or uniform 1/|S_t|.",
-        "server", choices=("preset", "examples", "uniform"), strategy=True),
+        "server", choices=("preset", "examples", "uniform"), strategy=True, base="examples"),
+    Key("alpha", float, 1.0, "Weight of the cross-entropy term (FedAGM's alpha).",
+        "client", low=0.0, low_open=True, high=1e4, strategy=True, topic="Method"),
+    Key("local-gc", str, PRESET, "Local GC of gradients: none, every layer, or the feature layers "
+        "before the borderline.", "client", choices=("preset", "none", "all", "features"),
+        strategy=True, topic="Method", base="none"),
     Key("global-gc", str, PRESET,
         "Global GC on the aggregated update: none, every layer, or only the "
         "layers past the borderline.", "server", choices=("preset", "none", "all", "classifier"),
-        strategy=True),
-    Key("fedopt-tau", float, 1e-3,
-        "Adaptivity tau of fedadam/fedyogi/fedadagrad (Flower's FedOpt).",
-        "server", low=0.0, low_open=True, high=1e3, strategy=True),
+        strategy=True, base="none"),
+    Key("gc-borderline", float, "classifier", "Borderline between local and global GC: before the "
+        "model's classifier, or a fraction gc_lambda of the parameter tensors.",
+        "client", choices=("classifier",), low=0.0, high=1.0, low_open=True, strategy=True,
+        topic="Method"),
+    Key("gc-vectors", str, "center", "GC of 1-D tensors (biases, norm scales): centre them "
+        "(GC-Fed code) or skip them (original GC).", "client", choices=("center", "skip"),
+        strategy=True, topic="Method"),
     Key("allow-untested-combinations", bool, False, "Run a combination of a method with "
         "look-ahead or GC that no paper defines (docs/baselines.md#combinations); the run folder "
         "records it as untested.", "server", strategy=True),
-    # --- local update (docs/algorithms.md#local-update) ---
-    Key("client-objective", str, "preset", "The client parts (loss terms, gradient corrections) "
-        "added to alpha * CE, comma-separated in the order applied; 'none' = plain CE; "
-        "'preset' = the method's. Known parts: see docs/extending.md.", "client", strategy=True),
-    Key("beta", float, PRESET, "Proximal coefficient: loss += beta/2 * ||w - phi||^2 (FedProx mu).",
-        "client", choices=_P, low=0.0, high=1e4, strategy=True),
-    Key("alpha", float, 1.0, "Weight of the cross-entropy term (FedAGM's alpha).",
-        "client", low=0.0, low_open=True, high=1e4, strategy=True),
-    Key("local-gc", str, PRESET, "Local GC of gradients: none, every layer, or the feature layers "
-        "before the borderline.", "client", choices=("preset", "none", "all", "features"),
-        strategy=True),
-    Key("gc-borderline", float, "classifier", "Borderline between local and global GC: before the "
-        "model's classifier, or a fraction gc_lambda of the parameter tensors.",
-        "client", choices=("classifier",), low=0.0, high=1.0, low_open=True, strategy=True),
-    Key("gc-vectors", str, "center", "GC of 1-D tensors (biases, norm scales): centre them "
-        "(GC-Fed code) or skip them (original GC).", "client", choices=("center", "skip"),
-        strategy=True),
     Key("lr", float, 0.05, "Local SGD learning rate.", "client", low=0.0, low_open=True, high=1e3,
         strategy=True),
     Key("lr-decay", float, 1.0, "Per-round decay: round t uses lr * lr-decay^(t-1).",
@@ -144,6 +84,10 @@ KEYS: tuple[Key, ...] = (
     Key("local-iterations", int, 0, "Local iterations K (mini-batches); 0 = use local-epochs.",
         "client", low=0, high=1_000_000),
     Key("batch-size", int, 16, "Local mini-batch size.", "client", low=1, high=100_000),
+    Key("pad-to-full-batches", bool, False, "Pad each client's training data to a multiple of "
+        "batch-size by repeating its first examples (GC-Fed's code), so every local epoch has "
+        "full batches and class counts (FedLC) include the repeats; false = the last batch of "
+        "an epoch may be short.", "client"),
     Key("local-momentum", float, 0.0, "Momentum of the local SGD optimizer.",
         "client", low=0.0, high=1.0, high_open=True, strategy=True),
     Key("weight-decay", float, 1e-3, "Weight decay of the local SGD optimizer.", "client", low=0.0,
@@ -156,72 +100,7 @@ KEYS: tuple[Key, ...] = (
         "GradScaler on a CUDA GPU (FedACG's code; a step whose gradients overflow is skipped), "
         "refused on the CPU; 'auto' = 'amp' where the client trains on a CUDA GPU, fp32 "
         "elsewhere.", "client", choices=("fp32", "amp", "auto")),
-    Key("pad-to-full-batches", bool, False, "Pad each client's training data to a multiple of "
-        "batch-size by repeating its first examples (GC-Fed's code), so every local epoch has "
-        "full batches and class counts (FedLC) include the repeats; false = the last batch of "
-        "an epoch may be short.", "client"),
-    # --- baselines' knobs (docs/baselines.md): one block per group of methods ---
-    # (local-objective baselines: MOON, FedLC, FedNTD, FedDecorr)
-    Key("moon-mu", float, 1.0, "MOON: weight mu of the model-contrastive term "
-        "(docs/baselines.md#moon).", "client", low=0.0, high=1e4, strategy=True),
-    Key("moon-tau", float, 0.5, "MOON: temperature of the cosine similarities.", "client",
-        low=0.0, low_open=True, high=1e4, strategy=True),
-    Key("lc-tau", float, PRESET, "FedLC: calibration strength tau, logits f_c - tau * "
-        "n_c^(-1/4) (docs/baselines.md#fedlc); fedlc-fedacg 1, fedlc-gcfed 0.1.", "client",
-        choices=_P, low=0.0, high=1e4, strategy=True),
-    Key("ntd-beta", float, PRESET, "FedNTD: weight beta of the not-true distillation term "
-        "(docs/baselines.md#fedntd); fedntd-fedacg 0.3, fedntd-gcfed 1.", "client", choices=_P,
-        low=0.0, high=1.0, strategy=True),
-    Key("ntd-tau", float, 1.0, "FedNTD: distillation temperature tau.", "client", low=0.0,
-        low_open=True, high=1e4, strategy=True),
-    Key("ntd-form", str, PRESET, "FedNTD: 'fedacg' = (1 - beta) CE + beta KL (FedACG code), "
-        "'gcfed' = CE + beta tau^2 KL (GC-Fed and FedNTD code).", "client",
-        choices=("preset", "fedacg", "gcfed"), strategy=True),
-    Key("decorr-beta", float, PRESET, "FedDecorr: weight beta of the decorrelation term "
-        "(docs/baselines.md#feddecorr); feddecorr-fedacg 0.01, feddecorr-gcfed 0.001.", "client",
-        choices=_P, low=0.0, high=1e4, strategy=True),
-    Key("decorr-features", str, PRESET, "FedDecorr: the features decorrelated: the penultimate "
-        "ones, or (GC-Fed code) the flattened conv map for the CNN and the penultimate ones "
-        "otherwise.", "client", choices=("preset", "penultimate", "conv-map"), strategy=True),
-
-    # (local-objective baselines: FedSOL, FedMLB)
-    Key("sol-rho", float, 1.0, "FedSOL's perturbation size rho (docs/baselines.md#fedsol); "
-        "0 = FedAvg's step.", "client", low=0.0, high=1e4, strategy=True),
-    Key("mlb-lambda1", float, 1.0, "FedMLB's weight lambda_1 of the branches' cross-entropy "
-        "(docs/baselines.md#fedmlb).", "client", low=0.0, high=1e4, strategy=True),
-    Key("mlb-lambda2", float, 1.0, "FedMLB's weight lambda_2 of the branches' KL to the main "
-        "logits.", "client", low=0.0, high=1e4, strategy=True),
-    Key("mlb-temperature", float, 1.0, "FedMLB's temperature T of that KL.", "client", low=0.0,
-        low_open=True, high=1e4, strategy=True),
-
-    # (stateful baselines: SCAFFOLD, FedDyn, FedDC)
-    Key("feddyn-alpha", float, 0.1, "FedDyn's alpha: loss += alpha/2 ||w - phi||^2 - <g_i, w>, "
-        "server theta = mean - h/alpha (docs/baselines.md#feddyn).", "client", low=0.0,
-        low_open=True, high=1e4, strategy=True),
-    Key("feddc-alpha", float, 0.01, "FedDC's alpha: drift penalty "
-        "alpha/om_i/2 ||w - (phi - h_i)||^2 (docs/baselines.md#feddc).", "client", low=0.0,
-        low_open=True, high=1e4, strategy=True),
-    Key("feddc-steps", str, "mean", "FedDC: K of the correction d_i/(K lr): 'mean', as its "
-        "code, one K for all clients (local-epochs * ceil(mean n_j / batch-size), or "
-        "local-iterations); 'own', the steps each client took (docs/baselines.md#feddc).",
-        "client", choices=("mean", "own"), strategy=True),
-
-    # (FedCM, FedVARP, FedPAQ uplink codec)
-    Key("fedcm-alpha", float, 0.1, "FedCM's a: the client steps along a * gradient + (1 - a) * "
-        "Delta, Delta the server's average gradient of the last round (docs/baselines.md#fedcm).",
-        "client", low=0.0, high=1.0, strategy=True),
-    Key("fedvarp-memory-mb", float, 2048.0, "FedVARP keeps the last update of every client (N "
-        "models): in memory up to this many MB, beyond in a memory-mapped file next to the runs "
-        "(docs/baselines.md#fedvarp).", "server", low=0.0, resume_may_differ=True, high=1e9,
-        strategy=True),
-    Key("uplink-bits", int, PRESET, "FedPAQ uplink quantization: each client sends d_i = w - phi "
-        "quantized to this many bits per element (s = 2^(b-1) levels, stochastic rounding); 0 = "
-        "off (docs/baselines.md#fedpaq).", "client", choices=_P, low=0, high=16, strategy=True),
-    Key("uplink-tensors", str, "all", "Which tensors uplink-bits quantizes: every float tensor, "
-        "or the gymlab code's conv weights without the stem (gymlab) or with the stem conv and the "
-        "classifier weight (gymlab-first-last); the others are sent in fp32.", "client",
-        choices=("all", "gymlab", "gymlab-first-last"), strategy=True),
-
+    # (the baselines' knobs are declared by their parts: methods/<name>.py, docs/baselines.md)
     # --- federation ---
     Key("num-server-rounds", int, 30, "Number of rounds T (with resume: the round to end at).",
         "federation", low=1, resume_may_differ=True, high=1_000_000),
@@ -235,21 +114,21 @@ KEYS: tuple[Key, ...] = (
         "federation", low=1, high=1_000_000),
     Key("min-train-clients", int, 1, "Least number of valid train replies for a round to update "
         "the model; with fewer the round is skipped (theta and m unchanged).", "federation", low=1,
-        high=1_000_000, strategy=True),
+        high=1_000_000, strategy=True, topic="Reliability"),
     Key("max-skipped-rounds", int, 10, "End the run as failed when this many rounds in a row "
         "aggregate no reply (every reply failed, timed out or was dropped: the model stopped "
         "moving); 0 = never. A run that aggregated no round at all fails at its end either way "
         "(docs/results.md#runs-that-learn-nothing).", "federation", low=0, high=1_000_000,
-        strategy=True),
+        strategy=True, topic="Reliability"),
     Key("max-update-norm", float, 0.0, "Drop a train reply whose update norm ||w_i - phi|| "
         "(all float tensors) exceeds this; 0 = no limit.", "federation", low=0.0, high=1e30,
-        strategy=True),
+        strategy=True, topic="Reliability"),
     Key("round-timeout", float, 600.0, "Seconds to wait for the replies of one round; missing "
         "replies are counted as timeouts.", "federation", low=0.0, low_open=True,
-        resume_may_differ=True, high=1e7),
+        resume_may_differ=True, high=1e7, topic="Reliability"),
     Key("node-wait-timeout", float, 120.0, "Seconds to wait for enough nodes to connect before "
         "failing with an error.", "federation", low=0.0, low_open=True, resume_may_differ=True,
-        high=1e7, strategy=True),
+        high=1e7, strategy=True, topic="Reliability"),
     # high: the clients seed their batch order with (seed * 1000003 + round) * 100003 + partition,
     # which must stay below 2^64 (torch's seed range)
     Key("seed", int, 0, "Seed of the data split, the partitions, node sampling and model init.",
@@ -424,7 +303,58 @@ KEYS: tuple[Key, ...] = (
         resume_may_differ=True),
 )
 
-KEYS_BY_NAME: dict[str, Key] = {k.name: k for k in KEYS}
+_gathered: dict[tuple, tuple[tuple[Key, ...], dict[str, Key]]] = {}  # (a cache)
+
+
+def _gather() -> tuple[tuple[Key, ...], dict[str, Key]]:
+    """Every run-config key: the app's own (APP_KEYS), then the knobs the registered methods'
+    server rules and client parts declare (their `settings`), in the order they registered;
+    and the same by name."""
+    owners = methods.setting_owners()
+    cache_key = tuple((id(key), id(owner)) for key, owner in owners)
+    if cache_key not in _gathered:
+        taken = {key.name: "run_config/schema.py" for key in APP_KEYS}
+        for key, owner in owners:
+            if key.name in taken:
+                raise RegistryError(f"{owner.__name__} declares the run-config key "
+                                    f"'{key.name}', which {taken[key.name]} declares already: "
+                                    "give the knob another name")
+            taken[key.name] = owner.__name__
+        keys = APP_KEYS + tuple(key for key, _ in owners)
+        _gathered.clear()
+        _gathered[cache_key] = keys, {key.name: key for key in keys}
+    return _gathered[cache_key]
+
+
+class _Keys(Sequence):
+    """Every run-config key (`_gather`), live over the registry (a method may be registered
+    after this module is imported)."""
+
+    def __getitem__(self, index):
+        return _gather()[0][index]
+
+    def __len__(self) -> int:
+        return len(_gather()[0])
+
+    def __iter__(self) -> Iterator[Key]:
+        return iter(_gather()[0])
+
+
+class _KeysByName(Mapping):
+    """name -> Key of every run-config key, live over the registry."""
+
+    def __getitem__(self, name: str) -> Key:
+        return _gather()[1][name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_gather()[1])
+
+    def __len__(self) -> int:
+        return len(_gather()[1])
+
+
+KEYS: Sequence[Key] = _Keys()
+KEYS_BY_NAME: Mapping[str, Key] = _KeysByName()
 
 # Keys that no longer exist, each with what a config that still names one is told (resolve and
 # the set-up loader refuse them with this message, not as unknown keys; a checkpoint's saved

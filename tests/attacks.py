@@ -238,7 +238,7 @@ def has_records(method: str) -> bool:
     """Whether the method's server rule reads extra reply records (its `up`)."""
     import methods
 
-    return bool(methods.SERVER_RULES[methods.preset_of(method)["server-rule"]].up)
+    return bool(methods.SERVER_RULES[methods.METHODS[method].server_rule].up)
 
 
 def applies(attack: str, method: str) -> bool:
