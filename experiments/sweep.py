@@ -590,8 +590,20 @@ def run_sweep(sweep: Sweep, echo: bool = True, jobs: int = 1) -> None:
 
 
 # --- table and plot ----------------------------------------------------------------------
-def write_report(sweep: Sweep) -> str:
-    """table.md, table.csv, runs.csv and ema*.png in the sweep folder, from the finished cells."""
+@dataclass
+class Report:
+    """The table of a sweep's finished cells: one `MethodRuns` per row (setting, method), the
+    columns' rounds and targets, and `md`, the Markdown table written to table.md."""
+
+    rows: list[MethodRuns]
+    acc_at_rounds: list[int]
+    target_accs: list[float]
+    md: str
+
+
+def write_report(sweep: Sweep) -> Report:
+    """table.md, table.csv, runs.csv, ema*.png and acc*.png in the sweep folder, from the
+    finished cells (`is_result`)."""
     done = [(c, results_of(c.run_dir)) for c in sweep.cells]
     done = [(c, r) for c, r in done if r and is_result(c.run_dir)]
     if not done:
@@ -609,6 +621,7 @@ def write_report(sweep: Sweep) -> str:
                               target_accs=targets,
                               total_rounds=resolve(cell.run_config)["num-server-rounds"])
         summary["diverged"] = results.get("status") != "complete"
+        summary["wall-seconds"] = (results.get("summary") or {}).get("wall-seconds")
         by_row[cell.setting, cell.method].summaries.append(summary)
         cells.append({"setting": cell.setting, "method": cell.method, "seed": cell.seed,
                       "summary": summary, "run-dir": str(cell.run_dir)})
@@ -630,7 +643,7 @@ def write_report(sweep: Sweep) -> str:
             plot_ema_curves(per_method, sweep.dir / name, title=f"{sweep.dir.name}"
                             + (f" / {setting}" if setting else "") + f": {what}",
                             target_accs=targets, ylabel=f"{what} (%)".capitalize())
-    return md
+    return Report(rows, list(rounds), list(targets), md)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -683,7 +696,7 @@ def main(argv: list[str] | None = None) -> int:
                                    else "") + "; run the same command to resume", file=sys.stderr)
             return 130
     try:
-        md = write_report(sweep)
+        md = write_report(sweep).md
     except SweepError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
