@@ -71,11 +71,11 @@ def test_bad_grid_is_refused_before_anything_runs(tmp_path, bad, words):
 
 
 @pytest.mark.parametrize("seeds, words", [
-    ([0.5], ["seeds", "whole numbers", "0.5"]),  # ran as seed 0 before
-    ([1, 2.5], ["seeds", "whole numbers", "2.5"]),
-    ([-0.5], ["seeds", "whole numbers"]),
-    ([float("nan")], ["seeds", "whole numbers"]),
-    ([float("inf")], ["seeds", "whole numbers"]),
+    ([0.5], ["seeds", "whole number", "not a fraction", "0.5"]),  # ran as seed 0 before
+    ([1, 2.5], ["seeds", "not a fraction", "2.5"]),
+    ([-0.5], ["seeds", "not a fraction"]),
+    ([float("nan")], ["seeds", "list of ints", "nan"]),
+    ([float("inf")], ["seeds", "list of ints", "inf"]),
     ([True], ["seeds", "list of ints", "True"]),
     ([0, False], ["seeds", "list of ints"]),
     ("0.5", ["seeds", "list of ints"]),
