@@ -21,11 +21,11 @@ CONFIG_FILE_LIMIT = 2**20
 
 KINDS = {stat.S_IFIFO: "a named pipe (FIFO)", stat.S_IFSOCK: "a socket",
          stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
-         stat.S_IFDIR: "a folder", stat.S_IFLNK: "a link"}
+         stat.S_IFDIR: "a folder", stat.S_IFLNK: "a link", stat.S_IFREG: "a regular file"}
 
 
 def kind_of(mode: int) -> str:
-    """'a named pipe (FIFO)', 'a folder', ... for a stat mode that is no regular file."""
+    """'a named pipe (FIFO)', 'a folder', 'a regular file', ... for a stat mode."""
     return KINDS.get(stat.S_IFMT(mode), "not a regular file")
 
 
