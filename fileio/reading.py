@@ -85,6 +85,13 @@ def read_tail(path: Path, limit: int, *, follow_links: bool = False) -> bytes:
         return f.read(limit)
 
 
+def read_head(path: Path, limit: int, *, follow_links: bool = False) -> bytes:
+    """The first `limit` bytes (at most) of the regular file `path`: also of a file whose size
+    the system does not report (/proc/<pid>/cmdline, whose size reads as 0)."""
+    with open_regular(path, follow_links=follow_links) as f:
+        return f.read(limit)
+
+
 def read_text_bounded(path: Path, limit: int, *, follow_links: bool = False) -> str:
     """`read_bounded` decoded as UTF-8; UnusableFile naming the first bad byte otherwise."""
     data = read_bounded(path, limit, follow_links=follow_links)
