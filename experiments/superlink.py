@@ -258,8 +258,8 @@ def process_start(pid: int) -> str | None:
     lstart), None when there is no such process: with the PID it names one process for good."""
     if Path("/proc/self/stat").exists():
         try:
-            return read_head(Path(f"/proc/{pid}/stat"), 4096).decode(errors="replace"
-                                                                     ).rsplit(")", 1)[1].split()[19]
+            line = read_head(Path(f"/proc/{pid}/stat"), 4096).decode(errors="replace")
+            return line.rsplit(")", 1)[1].split()[19]
         except (OSError, IndexError):
             return None
     out = subprocess.run(["ps", "-p", str(pid), "-o", "lstart="], capture_output=True,
@@ -336,8 +336,8 @@ def listening(port: int, tables: tuple[str, ...] = ("/proc/net/tcp", "/proc/net/
     rows = []
     for table in tables:
         try:
-            lines = read_head(Path(table), SOCKET_TABLE_LIMIT).decode(errors="replace"
-                                                                      ).splitlines()[1:]
+            text = read_head(Path(table), SOCKET_TABLE_LIMIT).decode(errors="replace")
+            lines = text.splitlines()[1:]
         except OSError:
             continue
         for line in lines:
