@@ -356,21 +356,23 @@ def _cached(path: Path, key: dict[str, Any], build: Callable[[], PreparedPartiti
             ) -> PreparedPartition:
     """`path`'s tensors when it holds `key`'s and they fit `cfg`'s dataset, else `build()`'s,
     saved there (then `written(path)`). A cache folder that is not private (or cannot be made)
-    is not used: logged, built."""
+    is neither read nor written: logged, built (and kept in this process's memory)."""
     part = _memory.get(path)
+    private = True
     if part is None:
         try:
             private_folder(path.parent, "the data cache folder")
         except OSError as err:  # (UnusableFile)
             _log().warning("%s; training on the data as read, without the cache", err)
-            return build()
-        part = _checked_read(path, key, cfg)
+            private = False
+        part = _checked_read(path, key, cfg) if private else None
     if part is None:
         part = build()
         try:
-            _write(path, key, part)
-            if written is not None:
-                written(path)
+            if private:
+                _write(path, key, part)
+                if written is not None:
+                    written(path)
         except OSError as err:  # a read-only or full disk only costs speed
             _log().warning("data cache not written (%s); training on the data as read", err)
     _memory.pop(path, None)
