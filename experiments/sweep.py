@@ -189,6 +189,10 @@ def _numbers(value: Any, kind: type, where: str) -> list:
         value = [v for v in value.replace(" ", "").split(",") if v]
     if not isinstance(value, list) or any(isinstance(v, bool) for v in value):
         raise SweepError(f"{where}: expected a list of {kind.__name__}s, got {value!r}")
+    if kind is int and any(isinstance(v, float) and math.isfinite(v) and not v.is_integer()
+                           for v in value):  # (int() would cut 0.5 to 0)
+        raise SweepError(f"{where}: expected a list of ints, got {value!r}: write each as a "
+                         "whole number (0, 1, 2), not a fraction")
     try:
         numbers = [kind(v) for v in value]
     except (TypeError, ValueError, OverflowError):

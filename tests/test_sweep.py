@@ -70,6 +70,32 @@ def test_bad_grid_is_refused_before_anything_runs(tmp_path, bad, words):
         assert w in str(err.value), (w, str(err.value))
 
 
+@pytest.mark.parametrize("seeds, words", [
+    ([0.5], ["seeds", "whole number", "not a fraction", "0.5"]),  # ran as seed 0 before
+    ([1, 2.5], ["seeds", "not a fraction", "2.5"]),
+    ([-0.5], ["seeds", "not a fraction"]),
+    ([float("nan")], ["seeds", "list of ints", "nan"]),
+    ([float("inf")], ["seeds", "list of ints", "inf"]),
+    ([True], ["seeds", "list of ints", "True"]),
+    ([0, False], ["seeds", "list of ints"]),
+    ("0.5", ["seeds", "list of ints"]),
+    ("1,x", ["seeds", "list of ints"]),
+    (7, ["seeds", "list of ints", "7"]),
+])
+def test_sweep_seeds_are_whole_numbers(tmp_path, seeds, words):
+    with pytest.raises(SweepError) as err:
+        load_sweep(write(tmp_path / "grid.yaml", {"methods": {"a": {}}, "seeds": seeds}))
+    for w in words:
+        assert w in str(err.value), (w, str(err.value))
+
+
+def test_sweep_seeds_written_as_whole_floats_or_text_are_those_numbers(tmp_path):
+    for seeds, want in (([2.0, 0, 3], [2, 0, 3]), ("4, 5", [4, 5])):
+        sweep = load_sweep(write(tmp_path / "grid.yaml", {"methods": {"a": {}}, "seeds": seeds}))
+        assert [c.seed for c in sweep.cells] == want
+        assert all(type(c.seed) is int for c in sweep.cells)
+
+
 def sweep_cmd(path, *extra):
     return subprocess.run([sys.executable, "-m", "experiments.sweep", str(path), *extra], cwd=ROOT,
                           capture_output=True, text=True, timeout=600)
