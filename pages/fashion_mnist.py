@@ -51,13 +51,13 @@ def block(out_dir: Path | None, note: str = "") -> str:
                 zip(runs, table_rows(runs, report.acc_at_rounds, report.target_accs))]
         head = header(report.acc_at_rounds, report.target_accs) + ["GC-Fed's EMNIST (%)"]
         stem = slug(setting)
-        for kind in ("acc", "ema"):
+        for kind in ("ema", "acc"):
             shutil.copy(sweep.dir / f"{kind}-{stem}.png",
                         ROOT / "docs" / f"fashion-mnist-{kind}-{stem}.png")
         parts.append(f"### {setting}: {setup_of[setting]['description']}\n\n"
                      f"{markdown(head, rows)}\n\n"
-                     f"![test accuracy per round, {setting}](fashion-mnist-acc-{stem}.png)\n"
-                     f"![EMA test accuracy per round, {setting}](fashion-mnist-ema-{stem}.png)")
+                     f"![EMA test accuracy per round, {setting}](fashion-mnist-ema-{stem}.png)\n"
+                     f"![test accuracy per round, {setting}](fashion-mnist-acc-{stem}.png)")
     summaries = [x for m in report.rows for x in m.summaries]
     seconds = sum(_number(x.get("wall-seconds")) for x in summaries)
     rounds = ", ".join(f"{r}" for r in report.acc_at_rounds)
