@@ -466,6 +466,11 @@ def finished(cell: Cell, echo: bool) -> bool:
     return False
 
 
+def cell_name(cell: Cell) -> str:
+    """'<setting>/<method>/<seed>' ('-' for the one unnamed setting): what --cells matches."""
+    return f"{cell.setting or '-'}/{cell.method}/{cell.seed}"
+
+
 def cells_to_run(sweep: Sweep) -> list[Cell]:
     """The cells not done, seed by seed (every method and setting of the first seed, then of the
     next): a sweep stopped early leaves whole seeds, a table of every row."""
@@ -664,6 +669,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--table-only", action="store_true",
                         help="only (re)write the table and plot")
     parser.add_argument("--quiet", action="store_true", help="do not echo the runs' round lines")
+    parser.add_argument("--cells", metavar="PATTERN",
+                        help="only the cells whose '<setting>/<method>/<seed>' matches this "
+                             "shell pattern (e.g. '5of100-lda0.1/GC-Fed/1', '*/FedAvg/*'): "
+                             "one cell run again, or a part of the sweep")
     parser.add_argument("--jobs", type=int, default=1,
                         help="in-process cells run side by side, each in a process of its own "
                              "with cpu-count / jobs threads (default 1: in turn, in this "
@@ -677,6 +686,15 @@ def main(argv: list[str] | None = None) -> int:
     except SweepError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    if args.cells:
+        from fnmatch import fnmatchcase
+
+        chosen = [c for c in sweep.cells if fnmatchcase(cell_name(c), args.cells)]
+        if not chosen:
+            print(f"error: --cells '{args.cells}' matches none of the sweep's cells (e.g. "
+                  f"'{cell_name(sweep.cells[0])}'; --dry-run lists them)", file=sys.stderr)
+            return 2
+        sweep.cells = chosen
     if args.dry_run:
         for cell in sweep.cells:
             state = "done" if is_done(cell) else "to run"

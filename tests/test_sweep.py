@@ -327,3 +327,26 @@ def test_a_run_that_broke_down_is_marked_diverged_any_other_error_not():
     assert failure_kind(NothingLearned("no round aggregated a reply")) == "diverged"
     for other in (ValueError("bad key"), RuntimeError("a bug"), OSError("disk full")):
         assert failure_kind(other) == "error"
+
+
+def test_cells_picks_cells_by_setting_method_and_seed(tmp_path, capsys):
+    """--cells: a shell pattern over '<setting>/<method>/<seed>' ('-': the unnamed setting);
+    one that matches nothing is an error naming a cell that exists."""
+    from experiments.sweep import main
+
+    grid = write(tmp_path / "g.yaml", {
+        "out-dir": str(tmp_path / "out"), "seeds": [0, 1, 2],
+        "methods": {"FedAvg": {"method": "fedavg"}, "GC-Fed": {"method": "gcfed"}},
+        "settings": {"a": {}, "b": {"dirichlet-alpha": 0.1}}})
+    for pattern, want in (("a/GC-Fed/1", [("a", "GC-Fed", "1")]),
+                          ("*/FedAvg/2", [("a", "FedAvg", "2"), ("b", "FedAvg", "2")]),
+                          ("b/*/[01]", [("b", "FedAvg", "0"), ("b", "FedAvg", "1"),
+                                        ("b", "GC-Fed", "0"), ("b", "GC-Fed", "1")])):
+        assert main([str(grid), "--dry-run", "--cells", pattern]) == 0
+        lines = capsys.readouterr().out.strip().splitlines()
+        assert [re.match(r"to run\s+(\S+) \| (.+?) \| seed (\d)", line).groups()
+                for line in lines] == want
+    assert main([str(grid), "--dry-run", "--cells", "a/FedAvg/3"]) == 2
+    assert "matches none of the sweep's cells (e.g. 'a/FedAvg/0'" in capsys.readouterr().err
+    unnamed = write(tmp_path / "u.yaml", {"methods": {"FedAvg": {"method": "fedavg"}}})
+    assert main([str(unnamed), "--dry-run", "--cells=-/FedAvg/0"]) == 0
