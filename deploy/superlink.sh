@@ -22,6 +22,7 @@
 # The ServerApp runs in a subprocess here, so the app's Python dependencies must be installed on
 # this machine; Flower's per-run `uv sync` of them is turned off.
 set -euo pipefail
+. "$(dirname "$0")/checks.sh"
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0" >&2; exit 2; }
 # Settings are options: a variable of an option's name (or the older SUPERLINK_DATABASE) in the
 # environment would be ignored, so it is refused.
@@ -47,19 +48,30 @@ while [ $# -gt 0 ]; do
     esac
 done
 [ -n "$creds" ] || usage
-case "$host" in
-    127.*|localhost|::1) ;;
-    *)
-        if [ "${FEDACG_OPEN_CONTROL_API:-0}" != 1 ]; then
-            echo "refusing --host $host: the SuperLink's port also serves the Control API, which has no" >&2
-            echo "login. Keep it on 127.0.0.1 and let SuperNodes in through deploy/fleet-proxy.sh," >&2
-            echo "or set FEDACG_OPEN_CONTROL_API=1 on an admin-only network (docs/security.md)." >&2
-            exit 2
-        fi ;;
-esac
+if ! is_host "$host"; then
+    echo "--host $host: not a host name or address: give the address to listen on (default" >&2
+    echo "127.0.0.1)" >&2
+    exit 2
+fi
+if ! is_loopback "$host" && [ "${FEDACG_OPEN_CONTROL_API:-0}" != 1 ]; then
+    echo "refusing --host $host: the SuperLink's port also serves the Control API, which has no" >&2
+    echo "login. Keep it on 127.0.0.1 and let SuperNodes in through deploy/fleet-proxy.sh," >&2
+    echo "or set FEDACG_OPEN_CONTROL_API=1 on an admin-only network (docs/security.md)." >&2
+    exit 2
+fi
+is_port "$port" || { echo "--port $port: not a port (a whole number 1-65535)" >&2; exit 2; }
 for f in ca.crt server.pem server.key; do
     [ -r "$creds/$f" ] || { echo "missing $creds/$f (make it with deploy/credentials.py tls)" >&2; exit 2; }
 done
+# a taken port: named here with the fix, not left to Flower's bare "address already in use"
+probe=$host
+case "$host" in 0.0.0.0) probe=127.0.0.1 ;; ::) probe=::1 ;; esac
+if (exec 3<>"/dev/tcp/$probe/$port") 2>/dev/null; then
+    echo "--port $port: something listens on $host:$port already (another SuperLink? see who:" >&2
+    echo "ss -ltnp 'sport = :$port'). Stop it, or give --port another port (and the fleet" >&2
+    echo "proxy's --superlink and the flwr connection the same one)" >&2
+    exit 2
+fi
 exec flower-superlink \
     --ssl-ca-certfile "$creds/ca.crt" --ssl-certfile "$creds/server.pem" --ssl-keyfile "$creds/server.key" \
     --enable-supernode-auth \

@@ -26,6 +26,7 @@
 # cache (feddata/disk_cache.py). The app's Python dependencies must be installed here. On a small
 # machine running several nodes, export OMP_NUM_THREADS=1 first.
 set -euo pipefail
+. "$(dirname "$0")/checks.sh"
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0" >&2; exit 2; }
 # Settings are options: a variable of an option's name (or the older NODE_CONFIG_EXTRA) in the
 # environment would be ignored, so it is refused.
@@ -56,11 +57,39 @@ while [ $# -gt 0 ]; do
     esac
 done
 [ -n "$superlink" ] && [ -n "$ca" ] && [ -n "$key" ] || usage
+case "$superlink" in
+    \[*\]:*) address=${superlink%]:*}; address=${address#[}; sl_port=${superlink##*]:} ;;
+    *:*:*) address=${superlink%:*}; sl_port="" ;;  # an IPv6 address needs its brackets
+    *:*) address=${superlink%:*}; sl_port=${superlink##*:} ;;
+    *) address=$superlink; sl_port="" ;;
+esac
+if ! is_host "$address" || ! is_port "$sl_port" || { [[ $superlink == \[* ]] && ! is_ipv6 "$address"; }; then
+    echo "--superlink $superlink: give HOST:PORT, a host name or address and a port 1-65535" >&2
+    echo "(e.g. 192.168.1.10:9092, fleet.example.org:9092, [fd00::1]:9092)" >&2
+    exit 2
+fi
+for pair in "client-id:$cid" "num-clients:$n"; do
+    value=${pair#*:}
+    [ -z "$value" ] || is_count "$value" || {
+        echo "--${pair%%:*} $value: not a whole number (0, 1, 2, ... written plainly, nothing else" >&2
+        echo "after it): give the number alone" >&2
+        exit 2
+    }
+done
+if [ -n "$n" ] && [ "$n" -lt 1 ]; then
+    echo "--num-clients 0: a federation has at least one client; give the number of clients" >&2
+    exit 2
+fi
+if [ -n "$cid" ] && [ -n "$n" ] && [ "$cid" -ge "$n" ]; then
+    echo "--client-id $cid of --num-clients $n: client ids are 0 .. $((n - 1)); give one of them" >&2
+    exit 2
+fi
+is_port "$port" || { echo "--runtime-port $port: not a port (a whole number 1-65535)" >&2; exit 2; }
 [ -r "$ca" ] || { echo "cannot read CA certificate $ca" >&2; exit 2; }
 [ -r "$key" ] || { echo "cannot read private key $key" >&2; exit 2; }
 for name in data-path client-id num-clients partition-id num-partitions cache-dir; do
     case " $extra" in
-        *[[:space:]]$name=*)
+        *[[:space:]]$name=*|*[[:space:]]\"$name\"=*|*[[:space:]]\'$name\'=*)
             echo "--node-config sets $name: give it with the options (--data-path, --client-id," >&2
             echo "--num-clients, --cache-dir), one place for each setting" >&2
             exit 2 ;;

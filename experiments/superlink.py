@@ -18,10 +18,16 @@ From a shell (README.md#run, docs/deployment.md#a-superlink-of-your-own):
     python -m experiments.superlink stop               # stops it: the PID its start recorded
     python -m experiments.superlink status             # it, and who holds the default port
 
-`start` keeps a PID file (the process and its start time, so a reused PID is never stopped) in
-`--dir` (default $XDG_STATE_HOME/fedacg-gc/superlink, ~/.local/state/...). Who holds a port is
-read from the kernel's socket table (Linux: /proc/net/tcp), so another user's SuperLink on the
-default port is named without sending it anything.
+`start` keeps a PID file (the process, its start time, its port and a token) in `--dir`
+(default $XDG_STATE_HOME/fedacg-gc/superlink, ~/.local/state/...), a folder only this user may
+write (made 0700; another user's, a group- or world-writable one, a link, a file or a path in
+/proc is refused). A record is acted on (`stop` signals it, `start` and `status` call it
+yours) only while its process is the SuperLink this helper started from it: the same start
+time, a `flower-superlink` command line with the recorded port, the record's home as its
+working folder and the record's token in its environment (`started_here`, Linux: read bounded
+from /proc/<pid>/). Who holds a port is read from the kernel's socket table (Linux:
+/proc/net/tcp), so another user's SuperLink on the default port is named without sending it
+anything.
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import secrets
 import shutil
 import signal
 import socket
@@ -42,12 +50,29 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fileio.atomic import write_text_atomic
+from fileio.errors import UnusableFile
+from fileio.folders import private_folder
 from fileio.in_place import fresh_log
-from fileio.reading import read_json_bounded, read_tail
+from fileio.reading import read_head, read_json_bounded, read_tail
 
 CONNECTION = "sweep"
 PORT_VARIABLE = "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT"  # flwr's `local` connection goes there
 FLOWER_LOCAL_PORT = 39091  # its default: Flower's own local SuperLink, one per machine
+TOKEN_VARIABLE = "FEDACG_SUPERLINK_TOKEN"  # in the environment of a SuperLink started here
+PROC_LIMIT = 2**20  # the most read of a process's command line or environment
+SOCKET_TABLE_LIMIT = 2**26  # of /proc/net/tcp (about 150 bytes a socket)
+
+
+def port_number(value: object) -> int | None:
+    """`value` as a TCP port (a whole number 1-65535, an int or its plain ASCII digits; no
+    bool), None otherwise."""
+    if type(value) is int:
+        number = value
+    elif isinstance(value, str) and re.fullmatch(r"[0-9]{1,5}", value):
+        number = int(value)
+    else:
+        return None
+    return number if 1 <= number <= 65535 else None
 
 
 def free_port() -> int:
@@ -147,8 +172,10 @@ class LocalSuperLink:
         self.start_timeout = start_timeout
         self.proc: subprocess.Popen | None = None
         self.port = 0
+        self.token = secrets.token_hex(16)  # names this process in /proc/<pid>/environ
         self.env = {**os.environ, "FLWR_HOME": str(self.home),
-                    "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1"}
+                    "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+                    TOKEN_VARIABLE: self.token}
 
     @property
     def connection(self) -> str:
@@ -231,8 +258,8 @@ def process_start(pid: int) -> str | None:
     lstart), None when there is no such process: with the PID it names one process for good."""
     if Path("/proc/self/stat").exists():
         try:
-            with open(f"/proc/{pid}/stat") as f:
-                return f.read().rsplit(")", 1)[1].split()[19]
+            line = read_head(Path(f"/proc/{pid}/stat"), 4096).decode(errors="replace")
+            return line.rsplit(")", 1)[1].split()[19]
         except (OSError, IndexError):
             return None
     out = subprocess.run(["ps", "-p", str(pid), "-o", "lstart="], capture_output=True,
@@ -250,7 +277,11 @@ def read_record(folder: Path) -> dict | None:
         return None
     if not isinstance(rec, dict) or not isinstance(rec.get("start"), str):
         return None
-    if not all(isinstance(rec.get(k), int) and rec[k] > 0 for k in ("pid", "port")):
+    if type(rec.get("pid")) is not int or rec["pid"] <= 1:
+        return None
+    if type(rec.get("port")) is not int or port_number(rec["port"]) is None:
+        return None
+    if not isinstance(rec.get("token"), str) or not re.fullmatch(r"[0-9a-f]{32}", rec["token"]):
         return None
     return rec if rec.get("home") == str(folder / "home") else None
 
@@ -258,6 +289,30 @@ def read_record(folder: Path) -> dict | None:
 def recorded_alive(rec: dict) -> bool:
     """Whether the recorded process still runs: the same PID and the same start."""
     return process_start(int(rec["pid"])) == rec["start"]
+
+
+def started_here(rec: dict) -> bool:
+    """Whether the recorded process is the SuperLink this helper started from `rec`: it runs
+    (`recorded_alive`), its command line is flower-superlink's with the recorded port, and
+    (Linux) its working folder is the record's home and its environment holds the record's
+    token. What is read of the process is read bounded; a process this user may not look
+    into is not one this helper started."""
+    if not recorded_alive(rec):
+        return False
+    args = _arguments(int(rec["pid"]))
+    if not any(Path(a).name == "flower-superlink" for a in args[:2]) or \
+            "--port" not in args or args[args.index("--port") + 1:][:1] != [str(rec["port"])]:
+        return False
+    if not Path("/proc/self/environ").exists():  # (not Linux: the command line says it)
+        return True
+    proc = Path(f"/proc/{int(rec['pid'])}")
+    try:
+        cwd = os.readlink(proc / "cwd")
+        env = read_head(proc / "environ", PROC_LIMIT).split(b"\0")
+    except OSError:
+        return False
+    token = f"{TOKEN_VARIABLE}={rec['token']}".encode()
+    return cwd == os.path.realpath(rec["home"]) and token in env
 
 
 @dataclass(frozen=True)
@@ -281,7 +336,8 @@ def listening(port: int, tables: tuple[str, ...] = ("/proc/net/tcp", "/proc/net/
     rows = []
     for table in tables:
         try:
-            lines = Path(table).read_text().splitlines()[1:]
+            text = read_head(Path(table), SOCKET_TABLE_LIMIT).decode(errors="replace")
+            lines = text.splitlines()[1:]
         except OSError:
             continue
         for line in lines:
@@ -305,13 +361,25 @@ def _socket_pid(inode: int) -> int | None:
     return None
 
 
-def _command(pid: int | None) -> str:
+def _arguments(pid: int | None) -> list[str]:
+    """The command line of process `pid` (Linux: /proc/<pid>/cmdline, read bounded; elsewhere
+    `ps`, split at spaces), [] where there is none."""
     if pid is None:
-        return ""
+        return []
+    if not Path("/proc/self/cmdline").exists():
+        out = subprocess.run(["ps", "-p", str(pid), "-o", "command="], capture_output=True,
+                             text=True)
+        return out.stdout.split()
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+        raw = read_head(Path(f"/proc/{pid}/cmdline"), PROC_LIMIT)
     except OSError:
-        return ""
+        return []
+    return raw.decode(errors="replace").split("\0")[:-1] if raw.endswith(b"\0") else \
+        raw.decode(errors="replace").split("\0")
+
+
+def _command(pid: int | None) -> str:
+    return " ".join(_arguments(pid)).strip()
 
 
 def _mine(port: int) -> bool:
@@ -351,8 +419,9 @@ def _user(uid: int) -> str:
         return f"uid {uid}"
 
 
-def describe_port(port: int, holder: PortHolder | None) -> str:
-    """What a plain `flwr run .` would meet on `port`, and what to do."""
+def describe_port(port: int, holder: PortHolder | None, recorded: int | None = None) -> str:
+    """What a plain `flwr run .` would meet on `port`, and what to do; `recorded`: the PID of
+    the SuperLink this helper started (`started_here`), the only one called yours."""
     where = f"127.0.0.1:{port}"
     if holder is None:
         return (f"{where}: free (a plain `flwr run .` would start Flower's own local SuperLink "
@@ -368,8 +437,17 @@ def describe_port(port: int, holder: PortHolder | None) -> str:
                 f"`flwr ls` would show you {user}'s runs. Use a SuperLink of your own "
                 "(eval \"$(python -m experiments.superlink start)\"), and leave theirs alone")
     what = f"PID {holder.pid}: {holder.command[:120]}" if holder.pid else "PID not known"
-    return (f"{where}: yours ({what}); if it is a SuperLink you no longer use, stop it with "
-            f"python -m experiments.superlink stop --port {port}")
+    if recorded is not None and holder.pid == recorded:
+        return (f"{where}: yours ({what}), started by `python -m experiments.superlink "
+                "start`; stop it with python -m experiments.superlink stop")
+    said = (f"{where}: held by a process of your user account ({what}), not the SuperLink "
+            "this helper started: a plain `flwr run .` would submit your app to it")
+    if holder.pid is not None and "flower-superlink" in holder.command:
+        return (f"{said}. If it is a SuperLink a plain `flwr run .` left running and you no "
+                f"longer use it, stop it with python -m experiments.superlink stop --port "
+                f"{port}")
+    return (f"{said}. Leave it, and use a SuperLink of your own (eval \"$(python -m "
+            "experiments.superlink start)\")")
 
 
 # What `start` prints on stdout when it fails: `eval "$(... start)"` then fails too, so the
@@ -380,19 +458,18 @@ NOT_STARTED = "false"
 
 def start(folder: Path) -> int:
     rec = read_record(folder)
-    if rec and recorded_alive(rec):
+    if rec and started_here(rec):
         print(f"export {PORT_VARIABLE}={rec['port']}")
         print(f"your SuperLink already runs on 127.0.0.1:{rec['port']} (PID {rec['pid']})",
               file=sys.stderr)
         return 0
     given = os.environ.get(PORT_VARIABLE, "")
-    if given and not (given.isdigit() and 0 < int(given) < 65536):
-        print(f"error: {PORT_VARIABLE}={given!r} is not a port number: unset it (unset "
-              f"{PORT_VARIABLE}) and start again", file=sys.stderr)
+    if given and port_number(given) is None:
+        print(f"error: {PORT_VARIABLE}={given!r} is not a port number (a whole number "
+              f"1-65535): unset it (unset {PORT_VARIABLE}) and start again", file=sys.stderr)
         print(NOT_STARTED)
         return 2
-    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    default = int(given or FLOWER_LOCAL_PORT)
+    default = port_number(given) or FLOWER_LOCAL_PORT
     holder = port_holder(default)
     if holder is not None and not holder.mine:
         print("note: " + describe_port(default, holder), file=sys.stderr)
@@ -406,9 +483,17 @@ def start(folder: Path) -> int:
               f"{default}, whoever holds it", file=sys.stderr)
         print(NOT_STARTED)
         return 1
-    write_text_atomic(folder / "superlink.json", json.dumps({
-        "pid": link.proc.pid, "start": process_start(link.proc.pid), "port": link.port,
-        "home": str(home)}))
+    try:
+        write_text_atomic(folder / "superlink.json", json.dumps({
+            "pid": link.proc.pid, "start": process_start(link.proc.pid), "port": link.port,
+            "home": str(home), "token": link.token}))
+    except OSError as err:  # no record: stopped, as `stop` could not find it
+        link.stop()
+        print(f"error: {err}", file=sys.stderr)
+        print(NOT_STARTED)
+        return 1
+    if port_number(link.port) is None:  # pragma: no cover - free_port() gives one
+        raise AssertionError(f"not a port: {link.port!r}")
     print(f"export {PORT_VARIABLE}={link.port}")
     print(f"your SuperLink: 127.0.0.1:{link.port} (PID {link.proc.pid}, log "
           f"{home / 'superlink.log'}). `flwr run .` in a shell with {PORT_VARIABLE}="
@@ -437,10 +522,14 @@ def stop(folder: Path, port: int | None = None) -> int:
         print(f"no SuperLink started by `python -m experiments.superlink start` (PID file: "
               f"{folder / 'superlink.json'})", file=sys.stderr)
         return 0
-    if recorded_alive(rec):
+    if started_here(rec):
         stop_process_tree(int(rec["pid"]))
         print(f"stopped your SuperLink on 127.0.0.1:{rec['port']} (PID {rec['pid']})",
               file=sys.stderr)
+    elif recorded_alive(rec):
+        print(f"PID {rec['pid']} is not the SuperLink this helper started from "
+              f"{folder / 'superlink.json'} (another command line, working folder or "
+              "environment): left running; the record is removed", file=sys.stderr)
     else:
         print(f"your SuperLink (PID {rec['pid']}) had already stopped", file=sys.stderr)
     (folder / "superlink.json").unlink(missing_ok=True)
@@ -450,17 +539,23 @@ def stop(folder: Path, port: int | None = None) -> int:
 
 def status(folder: Path) -> int:
     rec = read_record(folder)
-    if rec and recorded_alive(rec):
+    if rec and not started_here(rec):
+        rec = None
+    if rec:
         print(f"yours: 127.0.0.1:{rec['port']} (PID {rec['pid']}); use it with "
               f"export {PORT_VARIABLE}={rec['port']}")
     else:
         print("yours: none running (python -m experiments.superlink start)")
     ports = {FLOWER_LOCAL_PORT}
-    if os.environ.get(PORT_VARIABLE, "").isdigit():
-        ports.add(int(os.environ[PORT_VARIABLE]))
+    given = os.environ.get(PORT_VARIABLE, "")
+    if given and port_number(given) is None:
+        print(f"{PORT_VARIABLE}={given!r} is not a port number (a whole number 1-65535): a "
+              f"plain `flwr run .` fails; unset it (unset {PORT_VARIABLE})")
+    elif given:
+        ports.add(port_number(given))
     for port in sorted(ports):
         if not (rec and int(rec["port"]) == port):
-            print(describe_port(port, port_holder(port)))
+            print(describe_port(port, port_holder(port), rec["pid"] if rec else None))
     return 0
 
 
@@ -478,12 +573,22 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.port is not None and args.command != "stop":
         ap.error("--port goes with stop")
-    folder = (args.dir or default_dir()).expanduser()
-    if args.command == "start":
-        return start(folder)
-    if args.command == "stop":
-        return stop(folder, args.port)
-    return status(folder)
+    if args.port is not None and port_number(args.port) is None:
+        ap.error(f"--port {args.port}: not a port number (a whole number 1-65535)")
+    folder = Path(os.path.abspath((args.dir or default_dir()).expanduser()))
+    try:  # the record is trusted only in a folder no one else may write
+        if args.command == "start" or os.path.lexists(folder):
+            private_folder(folder, "--dir")
+        if args.command == "start":
+            return start(folder)
+        if args.command == "stop":
+            return stop(folder, args.port)
+        return status(folder)
+    except UnusableFile as err:
+        print(f"error: {err}", file=sys.stderr)
+        if args.command == "start":
+            print(NOT_STARTED)
+        return 2
 
 
 if __name__ == "__main__":

@@ -189,6 +189,10 @@ def _numbers(value: Any, kind: type, where: str) -> list:
         value = [v for v in value.replace(" ", "").split(",") if v]
     if not isinstance(value, list) or any(isinstance(v, bool) for v in value):
         raise SweepError(f"{where}: expected a list of {kind.__name__}s, got {value!r}")
+    if kind is int and any(isinstance(v, float) and math.isfinite(v) and not v.is_integer()
+                           for v in value):  # (int() would cut 0.5 to 0)
+        raise SweepError(f"{where}: expected a list of ints, got {value!r}: write each as a "
+                         "whole number (0, 1, 2), not a fraction")
     try:
         numbers = [kind(v) for v in value]
     except (TypeError, ValueError, OverflowError):
@@ -462,6 +466,11 @@ def finished(cell: Cell, echo: bool) -> bool:
     return False
 
 
+def cell_name(cell: Cell) -> str:
+    """'<setting>/<method>/<seed>' ('-' for the one unnamed setting): what --cells matches."""
+    return f"{cell.setting or '-'}/{cell.method}/{cell.seed}"
+
+
 def cells_to_run(sweep: Sweep) -> list[Cell]:
     """The cells not done, seed by seed (every method and setting of the first seed, then of the
     next): a sweep stopped early leaves whole seeds, a table of every row."""
@@ -590,8 +599,20 @@ def run_sweep(sweep: Sweep, echo: bool = True, jobs: int = 1) -> None:
 
 
 # --- table and plot ----------------------------------------------------------------------
-def write_report(sweep: Sweep) -> str:
-    """table.md, table.csv, runs.csv and ema*.png in the sweep folder, from the finished cells."""
+@dataclass
+class Report:
+    """The table of a sweep's finished cells: one `MethodRuns` per row (setting, method), the
+    columns' rounds and targets, and `md`, the Markdown table written to table.md."""
+
+    rows: list[MethodRuns]
+    acc_at_rounds: list[int]
+    target_accs: list[float]
+    md: str
+
+
+def write_report(sweep: Sweep) -> Report:
+    """table.md, table.csv, runs.csv, ema*.png and acc*.png in the sweep folder, from the
+    finished cells (`is_result`)."""
     done = [(c, results_of(c.run_dir)) for c in sweep.cells]
     done = [(c, r) for c, r in done if r and is_result(c.run_dir)]
     if not done:
@@ -609,6 +630,7 @@ def write_report(sweep: Sweep) -> str:
                               target_accs=targets,
                               total_rounds=resolve(cell.run_config)["num-server-rounds"])
         summary["diverged"] = results.get("status") != "complete"
+        summary["wall-seconds"] = (results.get("summary") or {}).get("wall-seconds")
         by_row[cell.setting, cell.method].summaries.append(summary)
         cells.append({"setting": cell.setting, "method": cell.method, "seed": cell.seed,
                       "summary": summary, "run-dir": str(cell.run_dir)})
@@ -630,7 +652,7 @@ def write_report(sweep: Sweep) -> str:
             plot_ema_curves(per_method, sweep.dir / name, title=f"{sweep.dir.name}"
                             + (f" / {setting}" if setting else "") + f": {what}",
                             target_accs=targets, ylabel=f"{what} (%)".capitalize())
-    return md
+    return Report(rows, list(rounds), list(targets), md)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -647,6 +669,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--table-only", action="store_true",
                         help="only (re)write the table and plot")
     parser.add_argument("--quiet", action="store_true", help="do not echo the runs' round lines")
+    parser.add_argument("--cells", metavar="PATTERN",
+                        help="only the cells whose '<setting>/<method>/<seed>' matches this "
+                             "shell pattern (e.g. '5of100-lda0.1/GC-Fed/1', '*/FedAvg/*'): "
+                             "one cell run again, or a part of the sweep")
     parser.add_argument("--jobs", type=int, default=1,
                         help="in-process cells run side by side, each in a process of its own "
                              "with cpu-count / jobs threads (default 1: in turn, in this "
@@ -660,6 +686,15 @@ def main(argv: list[str] | None = None) -> int:
     except SweepError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    if args.cells:
+        from fnmatch import fnmatchcase
+
+        chosen = [c for c in sweep.cells if fnmatchcase(cell_name(c), args.cells)]
+        if not chosen:
+            print(f"error: --cells '{args.cells}' matches none of the sweep's cells (e.g. "
+                  f"'{cell_name(sweep.cells[0])}'; --dry-run lists them)", file=sys.stderr)
+            return 2
+        sweep.cells = chosen
     if args.dry_run:
         for cell in sweep.cells:
             state = "done" if is_done(cell) else "to run"
@@ -683,7 +718,7 @@ def main(argv: list[str] | None = None) -> int:
                                    else "") + "; run the same command to resume", file=sys.stderr)
             return 130
     try:
-        md = write_report(sweep)
+        md = write_report(sweep).md
     except SweepError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

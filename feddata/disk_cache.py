@@ -18,9 +18,15 @@ schema's data group, so a data key added there must be added here), the partitio
 count, the versions of the data libraries and a hash of the data code (`feddata/*.py`), so a
 changed split or preprocessing never reads a stale file.
 
-Repair: a file that cannot be read (or is no regular file), has another key, or lacks a tensor
-is rebuilt and replaced; temporary files left by a writer that was killed are removed by
-`fileio.atomic` when the folder is next written to.
+Repair: a file that cannot be read (or is no regular file), has another key, lacks a tensor,
+or holds tensors that do not fit the run's dataset (`specs.spec_of`: input shape and type,
+labels int64 in [0, classes)) is rebuilt and replaced (logged); temporary files left by a
+writer that was killed are removed by `fileio.atomic` when the folder is next written to.
+
+Trust: the cache folder is private (`fileio.folders.private_folder`: made 0700, its files
+0600); one that is a link, another user's, or writable by its group or others is not used (a
+file planted there would be trained on): the node logs why and trains from the data as
+decoded, as it does when a file cannot be written (a full disk).
 
 A node's own data (node config `data-path`, docs/deployment.md#own-data) is kept the same way
 (`load_prepared_own_data`): the first process decodes and checks the folder
@@ -28,10 +34,11 @@ A node's own data (node config `data-path`, docs/deployment.md#own-data) is kept
 processes load it while the folder holds the same entries. Its key is what the folder holds,
 listed without opening a file or following a link (`folder_listing`: every entry's relative
 name, kind, size, modification and change times; a link by its own entry and target text,
-never what it points to), the folder's real path, the data settings `OWN_DATA_KEY_NAMES`, the
-library versions and the code hash. A changed folder is read again and its older file removed.
-The file holds a copy of the node's examples: delete the cache folder with the data
-(docs/deployment.md#teardown).
+never what it points to; hidden entries are neither keyed nor read, and the reader refuses a
+link into a hidden entry of the folder), the folder's real path, the data settings
+`OWN_DATA_KEY_NAMES`, the library versions and the code hash. A changed folder is read again
+and its older file removed. The file holds a copy of the node's examples: delete the cache
+folder with the data (docs/deployment.md#teardown).
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import logging
 import os
 import stat
 from importlib import metadata
@@ -49,9 +57,11 @@ import torch
 
 from fileio.atomic import write_torch_atomic
 from fileio.errors import UnusableFile
+from fileio.folders import private_folder
 from fileio.reading import open_regular
 
 from .partition import PreparedPartition
+from .specs import DatasetSpec, spec_of
 
 FORMAT = 1  # bump when the file layout changes
 # The run-config keys of the schema's data group, in its order, and the seed (tests hold them
@@ -130,6 +140,10 @@ def _build(cfg: Mapping[str, Any], partition_id: int, num_partitions: int) -> Pr
                              tuple(spec.in_shape), int(spec.num_classes))
 
 
+def _log() -> logging.Logger:
+    return logging.getLogger("flwr")  # (the node's log, as own_data's skipped files)
+
+
 def _read(path: Path, key: dict[str, Any]) -> PreparedPartition | None:
     try:  # a regular file, never a link put at its name nor a pipe (which would block)
         f = open_regular(path)
@@ -146,24 +160,53 @@ def _read(path: Path, key: dict[str, Any]) -> PreparedPartition | None:
         tensors = [blob[k] for k in ("train_x", "train_y", "val_x", "val_y")]
         if not all(isinstance(t, torch.Tensor) for t in tensors):
             return None
-        if len(tensors[0]) != len(tensors[1]) or len(tensors[2]) != len(tensors[3]):
+        shape, classes = blob["in_shape"], blob["num_classes"]
+        if not isinstance(shape, list) or not all(type(d) is int for d in shape) or \
+                type(classes) is not int:
             return None
-        return PreparedPartition(*tensors, tuple(int(d) for d in blob["in_shape"]),
-                                 int(blob["num_classes"]))
+        return PreparedPartition(*tensors, tuple(shape), classes)
     except (KeyError, TypeError, ValueError):
         return None
 
 
+def misfit(part: PreparedPartition, spec: DatasetSpec) -> str | None:
+    """Why `part` is not a partition of the dataset `spec` as the readers make one (None when
+    it is): its input shape and classes, every tensor's type and shape (inputs [N, *in_shape]:
+    uint8 images and text, float32 arrays, float32 normalized held-out inputs, int64 labels
+    [N]), labels in [0, classes), float inputs finite."""
+    stored = torch.float32 if spec.kind == "array" else torch.uint8
+    ready = torch.uint8 if spec.kind == "chars" else torch.float32
+    if part.in_shape != tuple(spec.in_shape) or part.num_classes != spec.num_classes:
+        return (f"input shape {part.in_shape} with {part.num_classes} classes, not "
+                f"{tuple(spec.in_shape)} with {spec.num_classes}")
+    for name, want in (("train_x", stored), ("val_x", ready), ("train_y", torch.int64),
+                       ("val_y", torch.int64)):
+        t = getattr(part, name)
+        if t.dtype != want:
+            return f"{name} is {t.dtype}, not {want}"
+        rows = len(part.train_y if name == "train_x" else part.val_y)
+        want_shape = (rows, *spec.in_shape) if name.endswith("_x") else (len(t),)
+        if tuple(t.shape) != want_shape:
+            return f"{name} has shape {tuple(t.shape)}, not {want_shape}"
+        if name.endswith("_y") and len(t) and not (0 <= int(t.min()) and
+                                                   int(t.max()) < spec.num_classes):
+            return (f"{name} holds labels from {int(t.min())} to {int(t.max())}, outside "
+                    f"[0, {spec.num_classes})")
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            return f"{name} holds NaN or infinite values"
+    return None
+
+
 def _write(path: Path, key: dict[str, Any], part: PreparedPartition) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
     blob = {
         "key": json.dumps(key, sort_keys=True),
         "train_x": part.train_x.contiguous(), "train_y": part.train_y.contiguous(),
         "val_x": part.val_x.contiguous(), "val_y": part.val_y.contiguous(),
         "in_shape": list(part.in_shape), "num_classes": part.num_classes,
     }
-    # atomic: a concurrent reader sees the old file or the whole new one
-    write_torch_atomic(path, blob)
+    # atomic: a concurrent reader sees the old file or the whole new one; only this user reads
+    # it (a copy of the node's examples)
+    write_torch_atomic(path, blob, mode=0o600)
 
 
 _memory: dict[Path, PreparedPartition] = {}  # a Ray actor serves many rounds in one process
@@ -181,7 +224,7 @@ def load_prepared_partition(
         return _build(cfg, partition_id, num_partitions)
     key = cache_key(cfg, partition_id, num_partitions)
     return _cached(cache_file(folder, key), key,
-                   lambda: _build(cfg, partition_id, num_partitions))
+                   lambda: _build(cfg, partition_id, num_partitions), cfg)
 
 
 def folder_listing(folder: Path) -> tuple[str, int]:
@@ -264,7 +307,7 @@ def load_prepared_own_data(cfg: Mapping[str, Any], path: str, folder: Path | Non
         return read()
     _refuse_cache_inside(folder, Path(key["own-data"]))
     target = own_data_file(folder, key)
-    return _cached(target, key, read, written=_remove_older_copies)
+    return _cached(target, key, read, cfg, written=_remove_older_copies)
 
 
 def _remove_older_copies(target: Path) -> None:
@@ -290,21 +333,48 @@ def _refuse_cache_inside(cache: Path, data: Path) -> None:
                          "\"cache-dir='<folder>'\", deploy/supernode.sh --cache-dir)")
 
 
+def _checked_read(path: Path, key: dict[str, Any], cfg: Mapping[str, Any]
+                  ) -> PreparedPartition | None:
+    """`_read`, and None (a miss, logged) where its tensors do not fit the run's dataset."""
+    part = _read(path, key)
+    if part is None:
+        return None
+    try:
+        spec = spec_of(dict(cfg))
+    except (ValueError, KeyError, TypeError):  # bad data settings: the reader names them
+        return None
+    why = misfit(part, spec)
+    if why is not None:
+        _log().warning("data cache file %s does not fit dataset '%s' (%s): the data is read "
+                       "again and the file replaced", path, cfg["dataset"], why)
+        return None
+    return part
+
+
 def _cached(path: Path, key: dict[str, Any], build: Callable[[], PreparedPartition],
-            written: Callable[[Path], None] | None = None) -> PreparedPartition:
-    """`path`'s tensors when it holds `key`'s, else `build()`'s, saved there (then
-    `written(path)`)."""
-    part = _memory.get(path) or _read(path, key)
+            cfg: Mapping[str, Any], written: Callable[[Path], None] | None = None
+            ) -> PreparedPartition:
+    """`path`'s tensors when it holds `key`'s and they fit `cfg`'s dataset, else `build()`'s,
+    saved there (then `written(path)`). A cache folder that is not private (or cannot be made)
+    is neither read nor written: logged, built (and kept in this process's memory)."""
+    part = _memory.get(path)
+    private = True
+    if part is None:
+        try:
+            private_folder(path.parent, "the data cache folder")
+        except OSError as err:  # (UnusableFile)
+            _log().warning("%s; training on the data as read, without the cache", err)
+            private = False
+        part = _checked_read(path, key, cfg) if private else None
     if part is None:
         part = build()
         try:
-            _write(path, key, part)
-            if written is not None:
-                written(path)
+            if private:
+                _write(path, key, part)
+                if written is not None:
+                    written(path)
         except OSError as err:  # a read-only or full disk only costs speed
-            import warnings
-
-            warnings.warn(f"data cache not written to {path}: {err}", RuntimeWarning)
+            _log().warning("data cache not written (%s); training on the data as read", err)
     _memory.pop(path, None)
     _memory[path] = part  # most recent last
     while len(_memory) > _MEMORY_ITEMS:

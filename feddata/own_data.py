@@ -19,7 +19,8 @@ guessing from its other files:
 Every example is read as stored or refused with the file (or file and row) and the fix: images
 by `decode.pixels_8bit` with their size checked from the header before decoding, labels whole
 numbers in range (`decode.class_indices`). Only regular files are read (no named pipe, device or
-socket); a link is followed only when its target lies inside the data folder, or anywhere when
+socket); a link is followed only when its target lies inside the data folder (and not in a
+hidden entry of it, which is never read nor in the node cache's key), or anywhere when
 the user allows it (`follow_links`: node config `data-follow-links = true`, `python -m feddata
 check --follow-links`). What is not read (hidden files, files beside the label folders, files
 without an image suffix) is listed in `OwnData.skipped`, one line per reason.
@@ -104,6 +105,13 @@ class _Folder:
                          else "")
                 raise OwnDataError(f"{path} is a link to {target}, outside the data folder "
                                    f"{self.root}: copy what it points to into the folder{allow}")
+            hidden = [p for p in Path(os.path.relpath(target, self.real)).parts
+                      if p.startswith(".")] if inside else []
+            if hidden:  # skipped by the reader, and not in the node cache's listing
+                raise OwnDataError(f"{path} is a link to {target}, into the hidden entry "
+                                   f"'{hidden[0]}' of the data folder, which is never read: "
+                                   "move what it points to out of the hidden entry, or remove "
+                                   "the link")
             try:
                 mode = os.stat(path).st_mode
             except OSError:

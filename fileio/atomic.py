@@ -155,11 +155,39 @@ def write_text_atomic(path: Path, text: str, mode: int = 0o666) -> None:
     write_bytes_atomic(path, text.encode("utf-8"), mode)
 
 
+class _Writes:
+    """A file torch.save writes to that keeps the OSError a write raised (a full disk): torch's
+    writer turns it into a RuntimeError without it."""
+
+    def __init__(self, f: BinaryIO):
+        self.f, self.error = f, None
+
+    def write(self, data) -> int:
+        try:
+            return self.f.write(data)
+        except OSError as err:
+            self.error = err
+            raise
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
 def write_torch_atomic(path: Path, obj, mode: int = 0o666) -> None:
-    """`torch.save(obj)` to `path`, all or nothing (torch is imported by the caller's code)."""
+    """`torch.save(obj)` to `path`, all or nothing (torch is imported by the caller's code); a
+    write that fails is an UnusableFile as in `write_atomic`."""
     import torch
 
-    write_atomic(path, lambda f: torch.save(obj, f), mode)
+    def save(f: BinaryIO) -> None:
+        writes = _Writes(f)
+        try:
+            torch.save(obj, writes)
+        except RuntimeError:
+            if writes.error is None:
+                raise
+            raise writes.error from None
+
+    write_atomic(path, save, mode)
 
 
 def write_torch_checksummed(path: Path, prefix: bytes, obj, mode: int = 0o666) -> None:

@@ -1,6 +1,7 @@
 """Folders the app writes into (run folders, a sweep's cell folders, the trackers' folders):
 made where missing, and never a link, so that what is written into them stays inside the
-folder the user chose (docs/security.md#files-from-outside)."""
+folder the user chose (docs/security.md#files-from-outside). `private_folder`: a folder whose
+files this user alone may put or replace (a node's data cache, the SuperLink helper's record)."""
 
 from __future__ import annotations
 
@@ -41,4 +42,40 @@ def folders_inside(base: Path, *names: str) -> Path:
         except FileExistsError:
             pass
         own_folder(path)
+    return path
+
+
+KERNEL_FOLDERS = ("/proc", "/sys")  # the kernel's views, no place for files
+
+
+def private_folder(path: Path, what: str) -> Path:
+    """`path` as a folder that only this user may change: made where missing (0700, with its
+    parents); UnusableFile naming `what`, the problem and the fix where it is a link, not a
+    folder, one of the kernel's (/proc, /sys), another user's, or writable by its group or
+    others (then anyone could put a file there that this user's process would trust)."""
+    path = Path(path)
+    real = os.path.realpath(path)
+    kernel = next((k for k in KERNEL_FOLDERS if real == k or real.startswith(k + "/")), None)
+    if kernel:
+        raise UnusableFile(f"{what} {path} is in {kernel}, the kernel's view of the system, not "
+                           "a folder for files: give a folder of your own")
+    try:
+        path.mkdir(mode=0o700, parents=True)
+    except FileExistsError:
+        pass
+    except OSError as err:
+        raise UnusableFile(f"{what} {path} cannot be made ({err.strerror or err}): give a "
+                           "folder you may write") from None
+    try:
+        own_folder(path)
+        st = os.lstat(path)
+    except UnusableFile as err:
+        raise UnusableFile(f"{what}: {err}") from None
+    if st.st_uid != os.geteuid():
+        raise UnusableFile(f"{what} {path} belongs to another user (uid {st.st_uid}): give a "
+                           "folder of your own")
+    if st.st_mode & 0o022:
+        raise UnusableFile(f"{what} {path} may be written by its group or others (mode "
+                           f"{stat.S_IMODE(st.st_mode):o}): make it private (chmod 700 {path}), "
+                           "or give a folder of your own")
     return path

@@ -21,11 +21,11 @@ CONFIG_FILE_LIMIT = 2**20
 
 KINDS = {stat.S_IFIFO: "a named pipe (FIFO)", stat.S_IFSOCK: "a socket",
          stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
-         stat.S_IFDIR: "a folder", stat.S_IFLNK: "a link"}
+         stat.S_IFDIR: "a folder", stat.S_IFLNK: "a link", stat.S_IFREG: "a regular file"}
 
 
 def kind_of(mode: int) -> str:
-    """'a named pipe (FIFO)', 'a folder', ... for a stat mode that is no regular file."""
+    """'a named pipe (FIFO)', 'a folder', 'a regular file', ... for a stat mode."""
     return KINDS.get(stat.S_IFMT(mode), "not a regular file")
 
 
@@ -82,6 +82,13 @@ def read_tail(path: Path, limit: int, *, follow_links: bool = False) -> bytes:
     with open_regular(path, follow_links=follow_links) as f:
         size = os.fstat(f.fileno()).st_size
         f.seek(max(0, size - limit))
+        return f.read(limit)
+
+
+def read_head(path: Path, limit: int, *, follow_links: bool = False) -> bytes:
+    """The first `limit` bytes (at most) of the regular file `path`: also of a file whose size
+    the system does not report (/proc/<pid>/cmdline, whose size reads as 0)."""
+    with open_regular(path, follow_links=follow_links) as f:
         return f.read(limit)
 
 

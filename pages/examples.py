@@ -139,7 +139,7 @@ def sweep_table(note: str, lock: Path | None = None, fresh: bool = False,
                   for c in finished)
     if sweep.failed:
         raise SystemExit(f"{len(sweep.failed)} sweep cell(s) failed; see {sweep.dir}")
-    table = write_report(sweep)
+    table = write_report(sweep).md
     partial = "" if len(finished) == len(sweep.cells) else \
         f"; {len(finished)} of its {len(sweep.cells)} runs had finished (see the Seeds column)"
     shutil.copy(sweep.dir / "ema.png", ROOT / "docs" / "sweep-digits-ema.png")

@@ -101,8 +101,9 @@ def plot_ema_curves(curves: dict[str, Sequence[tuple[Sequence[int], Sequence[flo
 
     `curves[method]` holds one (rounds, values as fractions) pair per seed.
     """
-    fig, ax = _figure(title, "round", ylabel)
-    if len(curves) > 10:  # more methods than the default colours: 20 of them
+    many = len(curves) > 10  # more methods than the default colours: 20 of them, and room
+    fig, ax = _figure(title, "round", ylabel, width=FIGSIZE[0] * 1.6 if many else FIGSIZE[0])
+    if many:
         from matplotlib import colormaps
 
         ax.set_prop_cycle(color=colormaps["tab20"].colors)
@@ -122,6 +123,9 @@ def plot_ema_curves(curves: dict[str, Sequence[tuple[Sequence[int], Sequence[flo
     for t in target_accs:  # the targets the curves come near (far ones would squash them)
         if t <= top + 10:
             ax.axhline(t, color="grey", ls=":", lw=0.8)
+    if many:  # the legend beside the axes, not over the curves
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+        return _save(fig, Path(path), bbox="tight")
     ax.legend(loc="best", fontsize=8)
     return _save(fig, Path(path))
 

@@ -99,3 +99,118 @@ def test_a_dead_writers_temporary_files_are_removed_at_the_next_write_there(tmp_
     write_atomic(tmp_path / "results.json", lambda f: f.write(b"{}"))
     assert sorted(os.listdir(tmp_path)) == sorted(
         ["results.json", live.name, mine.name, link.name])
+
+
+# --- issue 50: a full disk under torch's writer, /proc files read bounded, private folders ---
+@pytest.mark.parametrize("after", [0, 100, 10_000])
+def test_a_full_disk_under_torch_save_is_the_writers_error_naming_the_fix(tmp_path,
+                                                                          monkeypatch, after):
+    """torch's writer turns an OSError of the file's write into a bare RuntimeError once it
+    has written something: write_torch_atomic gives the OSError back (an UnusableFile naming
+    the folder and the fix), and leaves no file."""
+    import errno
+
+    import fileio.atomic as atomic
+    from fileio.errors import UnusableFile
+
+    real_fdopen = os.fdopen
+
+    class Full:
+        def __init__(self, f):
+            self.f, self.n = f, 0
+
+        def write(self, data):
+            self.n += len(data)
+            if self.n > after:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            return self.f.write(data)
+
+        def __getattr__(self, name):
+            return getattr(self.f, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+    monkeypatch.setattr(atomic.os, "fdopen", lambda *a, **k: Full(real_fdopen(*a, **k)))
+    with pytest.raises(UnusableFile, match=r"No space left on device: free space on the disk "
+                                           rf"that holds {tmp_path}"):
+        atomic.write_torch_atomic(tmp_path / "t.pt", {"x": torch.zeros(50_000)})
+    assert list(tmp_path.iterdir()) == []
+
+
+class _Unsaveable:
+    def __reduce__(self):
+        raise RuntimeError("a bug in what is saved")
+
+
+def test_a_bug_in_what_torch_saves_stays_its_own_error(tmp_path):
+    """Only a write's OSError is turned back: torch's other RuntimeErrors are not a full
+    disk."""
+    from fileio.atomic import write_torch_atomic
+
+    with pytest.raises(RuntimeError, match="a bug in what is saved"):
+        write_torch_atomic(tmp_path / "t.pt", {"x": _Unsaveable()})
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_read_head_reads_a_proc_file_whose_size_reads_as_zero():
+    from fileio.errors import UnusableFile
+    from fileio.reading import read_bounded, read_head
+
+    path = "/proc/self/cmdline"
+    if not os.path.exists(path):
+        pytest.skip("no /proc")
+    assert os.stat(path).st_size == 0
+    with open(path, "rb") as f:
+        whole = f.read()
+    assert whole and read_head(path, 1 << 20) == whole and read_head(path, 3) == whole[:3]
+    assert read_head(path, 0) == b""
+    with pytest.raises(UnusableFile, match="grew while it was read"):  # why read_head exists
+        read_bounded(path, 1 << 20)
+
+
+def test_read_head_refuses_a_link_and_a_pipe(tmp_path):
+    from fileio.errors import UnusableFile
+    from fileio.reading import read_head
+
+    (tmp_path / "f").write_bytes(b"abc")
+    (tmp_path / "link").symlink_to(tmp_path / "f")
+    os.mkfifo(tmp_path / "pipe")
+    with pytest.raises(UnusableFile, match="is a link"):
+        read_head(tmp_path / "link", 10)
+    with pytest.raises(UnusableFile, match=r"is a named pipe \(FIFO\)"):
+        read_head(tmp_path / "pipe", 10)  # (opened without blocking)
+    assert read_head(tmp_path / "f", 2) == b"ab"
+
+
+@pytest.mark.parametrize("mode, refused", [
+    (0o700, None), (0o755, None), (0o710, None), (0o720, "mode 720"), (0o702, "mode 702"),
+    (0o777, "mode 777"), (0o1777, "mode 1777"), (0o2770, "mode 2770"),
+])
+def test_private_folder_refuses_a_folder_others_may_write(tmp_path, mode, refused):
+    from fileio.errors import UnusableFile
+    from fileio.folders import private_folder
+
+    folder = tmp_path / "f"
+    folder.mkdir()
+    folder.chmod(mode)
+    if refused is None:
+        assert private_folder(folder, "the folder") == folder
+    else:
+        with pytest.raises(UnusableFile, match=rf"the folder {folder} may be written by its "
+                                               rf"group or others \({refused}\).*chmod 700"):
+            private_folder(folder, "the folder")
+
+
+def test_private_folder_makes_a_missing_one_0700_with_its_parents(tmp_path):
+    from fileio.folders import private_folder
+
+    old = os.umask(0)
+    try:
+        made = private_folder(tmp_path / "a" / "b", "the folder")
+    finally:
+        os.umask(old)
+    assert made.is_dir() and stat.S_IMODE(made.stat().st_mode) == 0o700

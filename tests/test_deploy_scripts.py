@@ -97,14 +97,23 @@ def test_a_setting_in_the_environment_is_refused_naming_its_option(name, variabl
     assert script(name, *args, "--bogus", "1", env=env).returncode == 2  # unknown: refused
 
 
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def test_superlink_takes_its_settings_by_name(stubs):
     env, creds = stubs
-    out = script("superlink.sh", "--credentials", str(creds), "--port=9999", "--database",
+    port = free_port()
+    out = script("superlink.sh", "--credentials", str(creds), f"--port={port}", "--database",
                  "/s.db", "--", "--log-file", "/l", env=env)
     assert out.returncode == 0, out.stderr
     args = out.stdout.splitlines()
     assert args[args.index("--host") + 1] == "127.0.0.1"
-    assert args[args.index("--port") + 1] == "9999"
+    assert args[args.index("--port") + 1] == str(port)
     assert args[args.index("--database") + 1] == "/s.db" and args[-2:] == ["--log-file", "/l"]
     assert "--enable-supernode-auth" in args and "--insecure" not in args
 
@@ -152,3 +161,136 @@ def test_supernode_refuses_settings_it_could_not_honour(options, says, stubs):
     out = script("supernode.sh", "--superlink", "h:9092", "--ca", str(creds / "ca.crt"),
                  "--key", str(creds / "node"), *options, env=env)
     assert out.returncode == 2 and out.stdout == "" and says in out.stderr, out.stderr
+
+
+# --- every option's value checked (issue 50) ---------------------------------------------------
+def supernode(creds, *options, env, superlink="10.0.0.1:9092"):
+    return script("supernode.sh", "--superlink", superlink, "--ca", str(creds / "ca.crt"),
+                  "--key", str(creds / "node"), *options, env=env)
+
+
+@pytest.mark.parametrize("option, value", [
+    ("--client-id", "3 other-key=1"), ("--client-id", "3,x"), ("--client-id", "-1"),
+    ("--client-id", "1.5"), ("--client-id", "01"), ("--client-id", "x"),
+    ("--client-id", "\u0663"), ("--client-id", " 1"), ("--client-id", "1\nkey=2"),
+    ("--client-id", "1e3"), ("--client-id", "1234567890"),
+    ("--num-clients", "5 client-id=1"), ("--num-clients", "2,3"), ("--num-clients", "-2"),
+    ("--num-clients", "true"), ("--num-clients", "4.0"),
+])
+def test_supernode_client_id_and_num_clients_are_whole_numbers_alone(option, value, stubs):
+    """A second setting riding inside a number ('3 other-key=1') would reach the node config."""
+    env, creds = stubs
+    other = {"--client-id": ["--num-clients", "9"], "--num-clients": ["--client-id", "1"]}
+    out = supernode(creds, option, value, *other[option], env=env)
+    assert out.returncode == 2 and out.stdout == "", out.stdout
+    assert f"{option} {value}: not a whole number" in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize("cid, n, says", [
+    ("2", "2", "client ids are 0 .. 1"), ("5", "3", "client ids are 0 .. 2"),
+    ("0", "0", "at least one client"),
+])
+def test_supernode_client_id_is_one_of_num_clients(cid, n, says, stubs):
+    env, creds = stubs
+    out = supernode(creds, "--client-id", cid, "--num-clients", n, env=env)
+    assert out.returncode == 2 and out.stdout == "" and says in out.stderr, out.stderr
+    last = supernode(creds, "--client-id", str(int(n) - 1), "--num-clients", n, env=env)
+    assert (last.returncode == 0) == (int(n) > 0), last.stderr
+
+
+@pytest.mark.parametrize("address", [
+    "h", "h:0", "h:65536", "h:x", "h:", ":9092", "a b:9092", "host_name:9092", "-h:9092",
+    "fd00::1:9092", "[h]:9092", "h:9092 --insecure", "1.2.3.256:9092", "h:09092",
+])
+def test_supernode_superlink_is_a_host_and_a_port(address, stubs):
+    env, creds = stubs
+    out = supernode(creds, "--client-id", "0", "--num-clients", "1", env=env, superlink=address)
+    assert out.returncode == 2 and out.stdout == "", out.stdout
+    assert f"--superlink {address}: give HOST:PORT" in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize("address", [
+    "[fd00::1]:9092", "fleet.example.org:9092", "10.0.0.1:1", "localhost:65535", "h:9092"])
+def test_supernode_superlink_names_and_addresses_that_work(address, stubs):
+    env, creds = stubs
+    out = supernode(creds, "--client-id", "0", "--num-clients", "1", env=env, superlink=address)
+    assert out.returncode == 0, out.stderr
+    args = out.stdout.splitlines()
+    assert args[args.index("--superlink") + 1] == address
+
+
+@pytest.mark.parametrize("port", ["0", "65536", "9094 x", "-1", "abc"])
+def test_supernode_runtime_port_is_a_port(port, stubs):
+    env, creds = stubs
+    out = supernode(creds, "--data-path", "/d", "--runtime-port", port, env=env)
+    assert out.returncode == 2 and f"--runtime-port {port}: not a port" in out.stderr
+
+
+@pytest.mark.parametrize("extra", ['"client-id"=3', "'num-clients'=4", 'a=1 "data-path"=/x'])
+def test_supernode_node_config_may_not_set_an_option_through_a_quoted_key(extra, stubs):
+    env, creds = stubs
+    out = supernode(creds, "--data-path", "/d", "--node-config", extra, env=env)
+    assert out.returncode == 2 and "--node-config sets" in out.stderr, out.stderr
+
+
+def superlink(creds, *options, env):
+    return script("superlink.sh", "--credentials", str(creds), *options, env=env)
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.1.2.3", "127.255.255.254", "localhost",
+                                  "::1"])
+def test_superlink_loopback_hosts_are_taken(host, stubs):
+    env, creds = stubs
+    out = superlink(creds, "--host", host, "--port", str(free_port()), env=env)
+    assert out.returncode == 0, out.stderr
+    args = out.stdout.splitlines()
+    assert args[args.index("--host") + 1] == host
+
+
+@pytest.mark.parametrize("host", ["127.evil.com", "127.0.0.1.evil.com", "localhost.evil",
+                                  "10.0.0.1", "0.0.0.0", "::", "::2", "fleet.example.org"])
+def test_superlink_a_host_that_is_not_loopback_is_refused_unless_opened(host, stubs):
+    """Loopback is exactly 127.0.0.0/8, ::1 and localhost: a name starting with '127.' is not."""
+    env, creds = stubs
+    port = str(free_port())
+    out = superlink(creds, "--host", host, "--port", port, env=env)
+    assert out.returncode == 2 and out.stdout == "", out.stdout
+    assert f"refusing --host {host}" in out.stderr and "FEDACG_OPEN_CONTROL_API=1" in out.stderr
+    opened = superlink(creds, "--host", host, "--port", port,
+                       env={**env, "FEDACG_OPEN_CONTROL_API": "1"})
+    assert opened.returncode == 0, opened.stderr
+
+
+@pytest.mark.parametrize("host", ["a b", "host_name", "127.0.0.1 --insecure", "-h", "127.1",
+                                  "127.0.0.256", "1::2::3", "a..b"])
+def test_superlink_a_host_that_is_no_name_or_address_is_refused_even_when_opened(host, stubs):
+    env, creds = stubs
+    out = superlink(creds, "--host", host, env={**env, "FEDACG_OPEN_CONTROL_API": "1"})
+    assert out.returncode == 2 and out.stdout == "", out.stdout
+    assert f"--host {host}: not a host name or address" in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize("port", ["0", "65536", "9093 x", "-1", "abc", "09093"])
+def test_superlink_port_is_a_port(port, stubs):
+    env, creds = stubs
+    out = superlink(creds, "--port", port, env=env)
+    assert out.returncode == 2 and out.stdout == ""
+    assert f"--port {port}: not a port (a whole number 1-65535)" in out.stderr, out.stderr
+
+
+def test_superlink_on_a_taken_port_names_it_and_the_fix(stubs):
+    """Checked before Flower starts, which would end with a bare 'address already in use'."""
+    import socket
+
+    env, creds = stubs
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        out = superlink(creds, "--port", str(port), env=env)
+        opened = superlink(creds, "--host", "0.0.0.0", "--port", str(port),
+                           env={**env, "FEDACG_OPEN_CONTROL_API": "1"})
+    for run in (out, opened):
+        assert run.returncode == 2 and run.stdout == "", run.stdout
+        assert f"--port {port}: something listens on" in run.stderr, run.stderr
+        assert "give --port another port" in run.stderr

@@ -274,3 +274,273 @@ def test_a_cache_folder_inside_the_data_folder_is_refused(tmp_path):
     assert same(part, fresh_load(own_cfg(), folder, folder / ".cache"))
     assert len(list((folder / ".cache").glob("own-*.pt"))) == 1
 
+
+
+# --- trust: a private folder, tensors that fit the dataset, a full disk (issue 50) ----------
+@pytest.fixture
+def node_log():
+    """The warnings a node logs (the 'flwr' logger, whose records Flower may not propagate)."""
+    import logging
+
+    lines: list[str] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: lines.append(record.getMessage())
+    logger = logging.getLogger("flwr")
+    logger.addHandler(handler)
+    try:
+        yield lines
+    finally:
+        logger.removeHandler(handler)
+
+
+def fresh_partition(cfg, folder):
+    disk_cache._memory.clear()
+    return load_prepared_partition(cfg, 0, 3, folder)
+
+
+def reference(cfg):
+    """Partition 0 of 3 as the loader makes it, no cache involved."""
+    ref = load_client_data(cfg, 0, 3)
+    return ref.train_x, ref.train_y, ref.val_x, ref.val_y
+
+
+def as_read(part):
+    return part.train_x, part.train_y, part.val_x, part.val_y
+
+
+def all_equal(a, b) -> bool:
+    return all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+
+
+def test_the_cache_folder_and_its_files_are_private_whatever_the_umask(tmp_path):
+    import os
+    import stat
+
+    cfg = resolve({})
+    folder = tmp_path / "a" / "cache"
+    old = os.umask(0)
+    try:
+        fresh_partition(cfg, folder)
+        disk_cache._memory.clear()
+        disk_cache.load_prepared_own_data(own_cfg(), str(image_folder(tmp_path)), folder)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    files = sorted(folder.glob("*.pt"))
+    assert len(files) == 2 and {f.name[:4] for f in files} == {"digi", "own-"}
+    assert [stat.S_IMODE(f.stat().st_mode) for f in files] == [0o600, 0o600]
+
+
+@pytest.mark.parametrize("mode, used", [
+    (0o700, True), (0o750, True), (0o755, True), (0o500 | 0o200, True),
+    (0o720, False), (0o702, False), (0o770, False), (0o777, False), (0o1777, False),
+])
+def test_a_cache_folder_others_may_write_is_not_used(tmp_path, node_log, mode, used):
+    """Group or others could plant a file there that the node would train on: not used
+    (logged), the node trains on the data as read and writes nothing there."""
+    cfg = resolve({})
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    folder.chmod(mode)
+    part = fresh_partition(cfg, folder)
+    assert all_equal(as_read(part), reference(cfg))
+    assert bool(list(folder.glob("*.pt"))) == used
+    refused = [line for line in node_log if "may be written by its group or others" in line]
+    assert bool(refused) != used, node_log
+    if refused:
+        assert f"mode {mode & 0o7777:o}" in refused[0] and f"chmod 700 {folder}" in refused[0]
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "geteuid") or __import__("os").geteuid() != 0,
+                    reason="makes a folder another user's with chown (root only)")
+def test_another_users_cache_folder_is_not_used_even_with_a_good_file_in_it(tmp_path, node_log):
+    import os
+
+    cfg = resolve({})
+    folder = tmp_path / "cache"
+    fresh_partition(cfg, folder)  # a file of the right key, written by the node itself
+    planted = cache_file(folder, cache_key(cfg, 0, 3))
+    blob = torch.load(planted, weights_only=True)
+    blob["train_y"] = (blob["train_y"] + 1) % 10  # labels another user chose
+    torch.save(blob, planted)
+    os.chown(folder, 65534, 65534)
+    part = fresh_partition(cfg, folder)
+    assert all_equal(as_read(part), reference(cfg))
+    assert any("belongs to another user (uid 65534)" in line for line in node_log), node_log
+    assert torch.equal(torch.load(planted, weights_only=True)["train_y"], blob["train_y"])
+
+
+@pytest.mark.parametrize("make, says", [
+    ("file", "is a regular file, not a folder"),
+    ("link", "is a link"),
+    ("proc", "is in /proc"),
+    ("sys", "is in /sys"),
+    ("under-file", "cannot be made"),
+])
+def test_a_cache_folder_that_is_no_folder_of_ones_own_is_not_used(tmp_path, node_log, make,
+                                                                    says):
+    cfg = resolve({})
+    real = tmp_path / "real"
+    real.mkdir(mode=0o700)
+    folder = {"file": tmp_path / "cache", "link": tmp_path / "cache",
+              "proc": Path("/proc/self/fedacg-cache"), "sys": Path("/sys/fedacg-cache"),
+              "under-file": tmp_path / "cache" / "sub"}[make]
+    if make in ("file", "under-file"):
+        (tmp_path / "cache").write_text("a file")
+    elif make == "link":
+        folder.symlink_to(real)
+    part = fresh_partition(cfg, folder)
+    assert all_equal(as_read(part), reference(cfg))
+    assert any(says in line and "without the cache" in line for line in node_log), node_log
+    assert list(real.iterdir()) == []
+    if make in ("file", "under-file"):
+        assert (tmp_path / "cache").read_text() == "a file"
+
+
+def _spoil(blob, how):
+    """A cache file's tensors as someone else made them, its key left as the node wrote it."""
+    if how == "label = classes":
+        blob["train_y"][0] = 10
+    elif how == "label -1":
+        blob["val_y"][-1] = -1
+    elif how == "labels int32":
+        blob["train_y"] = blob["train_y"].to(torch.int32)
+    elif how == "labels 2-d":
+        blob["train_y"] = blob["train_y"][:, None]
+    elif how == "inputs float64":
+        blob["train_x"] = blob["train_x"].double()
+    elif how == "inputs of another shape":
+        blob["train_x"] = blob["train_x"].reshape(len(blob["train_x"]), 1, 4, 16)
+    elif how == "held-out NaN":
+        blob["val_x"][0, 0, 0, 0] = float("nan")
+    elif how == "in_shape":
+        blob["in_shape"] = [1, 4, 16]
+    elif how == "num_classes":
+        blob["num_classes"] = 11
+    elif how == "num_classes a bool":
+        blob["num_classes"], blob["train_y"] = True, torch.zeros_like(blob["train_y"])
+    elif how == "one label fewer":
+        blob["train_y"] = blob["train_y"][:-1]
+    return blob
+
+
+@pytest.mark.parametrize("how", [
+    "label = classes", "label -1", "labels int32", "labels 2-d", "inputs float64",
+    "inputs of another shape", "held-out NaN", "in_shape", "num_classes",
+    "num_classes a bool", "one label fewer"])
+def test_cached_tensors_that_do_not_fit_the_dataset_are_a_miss(tmp_path, node_log, how):
+    cfg = resolve({})
+    folder = tmp_path / "cache"
+    fresh_partition(cfg, folder)
+    path = cache_file(folder, cache_key(cfg, 0, 3))
+    torch.save(_spoil(torch.load(path, weights_only=True), how), path)
+    part = fresh_partition(cfg, folder)
+    assert all_equal(as_read(part), reference(cfg))
+    assert part.in_shape == (1, 8, 8) and part.num_classes == 10
+    # replaced by the node's own copy
+    assert all_equal(as_read(fresh_partition(cfg, folder)), reference(cfg))
+    blob = torch.load(path, weights_only=True)
+    assert torch.equal(blob["train_y"], reference(cfg)[1])
+    if how not in ("one label fewer", "num_classes a bool"):  # (refused when read)
+        assert any("does not fit dataset 'digits'" in line for line in node_log), node_log
+
+
+def test_own_data_cached_with_labels_beyond_its_classes_is_read_again(tmp_path, node_log):
+    from feddata.own_data import prepared_own_data
+
+    folder, cache = image_folder(tmp_path), tmp_path / "cache"
+    cfg = own_cfg()
+    fresh_load(cfg, folder, cache)
+    (path,) = cache.glob("own-*.pt")
+    blob = torch.load(path, weights_only=True)
+    blob["train_y"][:] = cfg["custom-classes"]
+    torch.save(blob, path)
+    assert same(fresh_load(cfg, folder, cache), prepared_own_data(cfg, str(folder)))
+    assert any("outside [0, 10)" in line for line in node_log), node_log
+
+
+@pytest.mark.parametrize("after", [0, 1000])
+def test_a_full_disk_is_logged_and_the_node_trains_on_what_it_read(tmp_path, node_log,
+                                                                    monkeypatch, after):
+    """The cache write fails (ENOSPC) at its first byte or in the middle of torch's writer
+    (which turns the error into a RuntimeError): logged with the fix, no file left, the node
+    trains on the data as read."""
+    import errno
+    import os
+
+    import fileio.atomic as atomic
+
+    real_fdopen = os.fdopen
+
+    class Full:
+        def __init__(self, f):
+            self.f, self.n = f, 0
+
+        def write(self, data):
+            self.n += len(data)
+            if self.n > after:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            return self.f.write(data)
+
+        def __getattr__(self, name):
+            return getattr(self.f, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+    monkeypatch.setattr(atomic.os, "fdopen", lambda *a, **k: Full(real_fdopen(*a, **k)))
+    cfg = resolve({})
+    folder = tmp_path / "cache"
+    part = fresh_partition(cfg, folder)
+    assert all_equal(as_read(part), reference(cfg))
+    assert list(folder.iterdir()) == []  # neither the file nor a temporary one
+    assert any("data cache not written" in line and "No space left on device" in line
+               for line in node_log), node_log
+
+
+@pytest.mark.parametrize("link, target", [
+    ("0/x.png", "../.hidden/a.png"),  # a file in a hidden folder
+    ("0/y.png", "../.a.png"),  # a hidden file
+    ("0/sub", "../.seven"),  # a hidden folder as a sub-folder of a label folder
+    ("0/deep.png", "../1/.h/b.png"),  # hidden deeper down
+])
+def test_a_link_into_a_hidden_entry_is_neither_read_nor_keyed(tmp_path, link, target):
+    """Hidden entries are not in the cache's listing: a link into one would let a change there
+    go unseen by the cache, so the reader refuses it (naming the link and the fix)."""
+    import os
+    import shutil
+
+    from feddata.own_data import OwnDataError, prepared_own_data
+
+    folder = image_folder(tmp_path)
+    cfg = own_cfg()
+    image = next((folder / "0").iterdir())
+    (folder / ".hidden").mkdir()
+    (folder / "1" / ".h").mkdir()
+    for hidden in (".hidden/a.png", ".a.png", "1/.h/b.png", ".seven/c.png"):
+        (folder / hidden).parent.mkdir(exist_ok=True)
+        shutil.copy(image, folder / hidden)
+    key = disk_cache.own_data_key(cfg, str(folder))
+    os.symlink(target, folder / link)
+    with pytest.raises(OwnDataError, match=r"into the hidden entry '\.[a-z.]+'.*remove the link"):
+        prepared_own_data(cfg, str(folder))
+    with pytest.raises(OwnDataError, match="into the hidden entry"):
+        fresh_load(cfg, folder, tmp_path / "cache")
+    assert disk_cache.own_data_key(cfg, str(folder))["entries"] == key["entries"] + 1
+
+
+def test_a_link_whose_text_passes_a_hidden_folder_but_lands_outside_it_is_read(tmp_path):
+    """Only where a link lands counts: '../.h/../1/a.png' is 1/a.png, which is keyed."""
+    import os
+
+    from feddata.own_data import prepared_own_data
+
+    folder = image_folder(tmp_path)
+    (folder / "1" / ".h").mkdir()
+    first = sorted((folder / "1").glob("*.png"))[0]
+    os.symlink(f"../1/.h/../{first.name}", folder / "0" / "zz.png")
+    part = fresh_load(own_cfg(), folder, tmp_path / "cache")
+    assert same(part, prepared_own_data(own_cfg(), str(folder)))

@@ -251,3 +251,30 @@ def test_debians_fashion_mnist_reads_whole_with_its_stated_normalization():
     assert counts.tolist() == [6000] * 10
     parts = [load_client_data(cfg, pid, 100) for pid in (0, 99)]
     assert all(len(p.train_y) >= 10 for p in parts)
+
+
+def test_the_table_sweep_runs_every_method_of_gcfeds_table_five_and_six_more():
+    """sweeps/gcfed-t5-fmnist.yaml: 19 methods x 2 set-ups x 3 seeds, every cell's config valid;
+    the thirteen rows of GC-Fed's Table 5 run as its code runs them (the set-up's reported row
+    names), the six others by their own presets; every cell reads Debian's folder."""
+    from experiments.sweep import load_sweep
+
+    sweep = load_sweep(ROOT / "sweeps" / "gcfed-t5-fmnist.yaml", out_dir=Path("/nonexistent"))
+    assert len(sweep.cells) == 19 * 2 * 3 and len(sweep.methods) == 19
+    assert {c.seed for c in sweep.cells} == {0, 1, 2}
+    paper = set(load_setup_rows("gcfed-t5-fmnist-5of200-lda0.05"))
+    ours = {c.run_config["method"] for c in sweep.cells}
+    assert paper <= ours and len(paper) == 13
+    assert ours - paper == {"fedagm", "fedacg+gcfed", "fedavgm", "fedadam", "fedcm", "moon"}
+    for cell in sweep.cells:
+        cfg = resolve(cell.run_config)
+        assert cfg["dataset"] == "fashion-mnist" and cfg["dataset-path"] == str(DEBIAN)
+        assert cfg["num-server-rounds"] == 200 and cfg["model"] == "mlp-gcfed"
+        clients = cell.federation_config["num-supernodes"]
+        assert round(cfg["fraction-train"] * clients) == 5
+
+
+def load_setup_rows(name: str) -> dict:
+    from run_config import load_setup
+
+    return load_setup(name)["reported"]["rows"]

@@ -20,6 +20,7 @@ from experiments.superlink import (PortHolder, describe_port, free_port, listeni
 from other_user import other_users_superlink
 
 ROOT = Path(__file__).resolve().parents[1]
+TOKEN = "0123456789abcdef" * 2
 
 
 def cli(*args, env=None):
@@ -53,7 +54,11 @@ def test_another_users_port_is_described_with_what_to_do():
     assert "held by another user" in other and "experiments.superlink start" in other
     assert "stop --port" not in other  # theirs is never to be stopped
     mine = describe_port(39091, PortHolder(os.getuid(), 7, "flower-superlink --port 39091"))
-    assert "yours (PID 7" in mine and "stop --port 39091" in mine
+    assert "yours" not in mine and "your user account" in mine and "stop --port 39091" in mine
+    started = describe_port(39091, PortHolder(os.getuid(), 7, "flower-superlink --port 39091"),
+                            recorded=7)
+    assert "yours (PID 7" in started and "experiments.superlink stop" in started
+    assert "stop --port" not in started
 
 
 @pytest.mark.slow
@@ -97,7 +102,7 @@ def test_a_pid_file_naming_a_reused_pid_stops_nothing(tmp_path):
     try:
         (tmp_path / "superlink.json").write_text(json.dumps(
             {"pid": sleeper.pid, "start": "not its start", "port": 1,
-             "home": str(tmp_path / "home")}))
+             "home": str(tmp_path / "home"), "token": TOKEN}))
         out = cli("stop", "--dir", str(tmp_path))
         assert out.returncode == 0 and "had already stopped" in out.stderr
         assert sleeper.poll() is None and not (tmp_path / "superlink.json").exists()
@@ -167,7 +172,7 @@ def test_a_pid_file_naming_another_home_or_planted_as_a_link_is_not_used(tmp_pat
     (victim / "keep").write_text("mine")
     state = tmp_path / "state"
     state.mkdir()
-    good = {"pid": 1, "start": "x", "port": 9, "home": str(state / "home")}
+    good = {"pid": 2, "start": "x", "port": 9, "home": str(state / "home"), "token": TOKEN}
     (state / "superlink.json").write_text(json.dumps(good))
     assert read_record(state) == good
     (state / "superlink.json").write_text(json.dumps({**good, "home": str(victim)}))
@@ -184,3 +189,200 @@ def test_a_pid_file_naming_another_home_or_planted_as_a_link_is_not_used(tmp_pat
     (state / "superlink.json").unlink()
     (state / "superlink.json").write_text(json.dumps({**good, "pid": "1"}))
     assert read_record(state) is None
+
+
+# --- a record is acted on only for the SuperLink started from it (issue 50) -----------------
+FAKE = """#!{python}
+import http.server, sys
+port = int(sys.argv[sys.argv.index("--port") + 1])
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path == "/health" else 404); self.end_headers()
+    def log_message(self, *args): pass
+http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
+"""
+
+
+@pytest.fixture
+def fake_flower(tmp_path):
+    """PATH with a `flower-superlink` that answers /health on its --port (as Flower's does),
+    and the PIDs the test started, killed afterwards (also on failure)."""
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    (bin_ / "flower-superlink").write_text(FAKE.format(python=sys.executable))
+    (bin_ / "flower-superlink").chmod(0o755)
+    started: list[int] = []
+    yield {"PATH": f"{bin_}:{os.environ['PATH']}",
+           "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(free_port())}, started
+    for pid in started:
+        if process_start(pid) is not None:
+            os.kill(pid, signal.SIGKILL)
+
+
+def started_record(folder, env, started):
+    out = cli("start", "--dir", str(folder), env=env)
+    assert out.returncode == 0, out.stderr
+    rec = json.loads((folder / "superlink.json").read_text())
+    started.append(rec["pid"])
+    assert out.stdout == f"export FLWR_LOCAL_SUPERLINK_HTTP_API_PORT={rec['port']}\n"
+    return rec
+
+
+def test_start_records_its_superlink_and_stop_ends_exactly_it(tmp_path, fake_flower):
+    env, started = fake_flower
+    folder = tmp_path / "state"
+    rec = started_record(folder, env, started)
+    assert set(rec) == {"pid", "start", "port", "home", "token"}
+    assert (folder.stat().st_mode & 0o777) == 0o700
+    environ = Path(f"/proc/{rec['pid']}/environ").read_bytes().split(b"\0")
+    assert f"FEDACG_SUPERLINK_TOKEN={rec['token']}".encode() in environ
+    assert os.readlink(f"/proc/{rec['pid']}/cwd") == rec["home"]
+    status = cli("status", "--dir", str(folder), env=env).stdout
+    assert f"yours: 127.0.0.1:{rec['port']} (PID {rec['pid']})" in status
+    out = cli("stop", "--dir", str(folder), env=env)
+    assert out.returncode == 0 and f"stopped your SuperLink on 127.0.0.1:{rec['port']}" in \
+        out.stderr, out.stderr
+    assert process_start(rec["pid"]) is None and not (folder / "superlink.json").exists()
+
+
+def sleeper_in(cwd, env=None, name="sleep"):
+    """A process that is not the SuperLink a record names, in `cwd`."""
+    return subprocess.Popen([name, "60"], cwd=cwd, env={**os.environ, **(env or {})})
+
+
+@pytest.mark.parametrize("change", [
+    "another command", "another port", "another working folder", "no token", "another token"])
+def test_a_record_naming_another_process_signals_nothing(tmp_path, fake_flower, change):
+    """A record whose PID and start time are right but whose process is not the SuperLink this
+    helper started from it: `stop` leaves the process running, `status` and `start` do not
+    call it yours."""
+    env, started = fake_flower
+    folder = tmp_path / "state"
+    folder.mkdir(mode=0o700)
+    home = folder / "home"
+    home.mkdir()
+    port = free_port()
+    token = TOKEN
+    proc_env = {"FEDACG_SUPERLINK_TOKEN": token}
+    argv = [str(Path(env["PATH"].split(":")[0]) / "flower-superlink"), "--port", str(port)]
+    cwd = home
+    if change == "another command":
+        argv = [sys.executable, "-c", "import time; time.sleep(60)", "--port", str(port)]
+    elif change == "another port":
+        argv[-1] = str(free_port())
+    elif change == "another working folder":
+        cwd = tmp_path
+    elif change == "no token":
+        proc_env = {}
+    elif change == "another token":
+        proc_env = {"FEDACG_SUPERLINK_TOKEN": "f" * 32}
+    env_of = {k: v for k, v in os.environ.items() if k != "FEDACG_SUPERLINK_TOKEN"}
+    proc = subprocess.Popen(argv, cwd=cwd, env={**env_of, **proc_env})
+    started.append(proc.pid)
+    try:
+        (folder / "superlink.json").write_text(json.dumps({
+            "pid": proc.pid, "start": process_start(proc.pid), "port": port,
+            "home": str(home), "token": token}))
+        status = cli("status", "--dir", str(folder), env=env).stdout
+        assert "yours: none running" in status, status
+        out = cli("stop", "--dir", str(folder), env=env)
+        assert out.returncode == 0 and "is not the SuperLink this helper started" in out.stderr
+        assert proc.poll() is None, "the process was signalled"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_start_does_not_export_the_port_of_a_record_it_did_not_start(tmp_path, fake_flower):
+    env, started = fake_flower
+    folder = tmp_path / "state"
+    folder.mkdir(mode=0o700)
+    proc = sleeper_in(tmp_path)
+    started.append(proc.pid)
+    try:
+        (folder / "superlink.json").write_text(json.dumps({
+            "pid": proc.pid, "start": process_start(proc.pid), "port": 4242,
+            "home": str(folder / "home"), "token": TOKEN}))
+        rec = started_record(folder, env, started)
+        assert rec["pid"] != proc.pid and rec["port"] != 4242
+        assert proc.poll() is None
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.parametrize("field, value", [
+    ("port", 0), ("port", -1), ("port", 65536), ("port", True), ("port", "9093"),
+    ("port", 9093.0), ("pid", 1), ("pid", 0), ("pid", True), ("pid", -5),
+    ("token", ""), ("token", "g" * 32), ("token", None), ("start", 5),
+])
+def test_a_record_field_out_of_its_range_is_no_record(tmp_path, field, value):
+    from experiments.superlink import read_record
+
+    good = {"pid": 2, "start": "x", "port": 65535, "home": str(tmp_path / "home"),
+            "token": TOKEN}
+    (tmp_path / "superlink.json").write_text(json.dumps(good))
+    assert read_record(tmp_path) == good
+    (tmp_path / "superlink.json").write_text(json.dumps({**good, field: value}))
+    assert read_record(tmp_path) is None
+
+
+@pytest.mark.parametrize("value", ["0", "65536", "-1", "1.5", "²", "9093 ", "0x10", "", "1e3"])
+def test_the_port_variable_is_a_whole_number_in_range(value):
+    from experiments.superlink import port_number
+
+    want = value.isascii() and value.isdigit() and 1 <= int(value) <= 65535
+    assert (port_number(value) is not None) == want
+    assert port_number("65535") == 65535 and port_number("1") == 1 and port_number(80) == 80
+    assert port_number(True) is None and port_number(80.0) is None
+
+
+@pytest.mark.parametrize("value", ["0", "65536", "²", "1.5", "12 34"])
+def test_start_and_status_refuse_a_port_variable_that_is_no_port(tmp_path, value):
+    env = {"FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": value}
+    out = cli("start", "--dir", str(tmp_path / "s"), env=env)
+    assert out.returncode == 2 and out.stdout == "false\n" and "Traceback" not in out.stderr
+    assert "is not a port number (a whole number 1-65535)" in out.stderr
+    status = cli("status", "--dir", str(tmp_path / "s"), env=env)
+    assert status.returncode == 0 and "Traceback" not in status.stderr, status.stderr
+    assert "is not a port number" in status.stdout
+
+
+@pytest.mark.parametrize("make, says", [
+    ("file", "is a regular file, not a folder"),
+    ("proc", "is in /proc"),
+    ("proc-self", "is in /proc"),
+    ("link", "is a link"),
+    ("group-writable", "may be written by its group or others (mode 770)"),
+    ("world-writable", "may be written by its group or others (mode 1777)"),
+    ("other-user", "belongs to another user (uid 65534)"),
+    ("under-a-file", "cannot be made"),
+])
+@pytest.mark.parametrize("command", ["start", "stop", "status"])
+def test_a_dir_that_is_no_private_folder_is_refused_with_its_fix(tmp_path, make, says,
+                                                                  command):
+    if make == "other-user" and os.geteuid() != 0:
+        pytest.skip("makes a folder another user's with chown (root only)")
+    folder = {"proc": Path("/proc/fedacg-superlink"), "proc-self": Path("/proc/self"),
+              "under-a-file": tmp_path / "d" / "sub"}.get(make, tmp_path / "d")
+    if make in ("file", "under-a-file"):
+        (tmp_path / "d").write_text("a file")
+    elif make == "link":
+        (tmp_path / "real").mkdir(mode=0o700)
+        folder.symlink_to(tmp_path / "real")
+    elif make.endswith("writable") or make == "other-user":
+        folder.mkdir()
+        folder.chmod({"group-writable": 0o770, "world-writable": 0o1777}.get(make, 0o700))
+        if make == "other-user":
+            os.chown(folder, 65534, 65534)
+    refused = command == "start" or make not in ("under-a-file", "proc")
+    if not refused:  # nothing there to read
+        says = {"stop": "no SuperLink started by", "status": "yours: none running"}[command]
+    out = cli(command, "--dir", str(folder),
+              env={"FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(free_port())})
+    assert "Traceback" not in out.stderr and says in out.stderr + out.stdout, out.stderr
+    if refused:
+        assert out.returncode == 2 and out.stderr.startswith("error: --dir")
+    if command == "start":
+        assert out.stdout == "false\n"
+    assert not (tmp_path / "real" / "superlink.json").exists()

@@ -70,6 +70,32 @@ def test_bad_grid_is_refused_before_anything_runs(tmp_path, bad, words):
         assert w in str(err.value), (w, str(err.value))
 
 
+@pytest.mark.parametrize("seeds, words", [
+    ([0.5], ["seeds", "whole number", "not a fraction", "0.5"]),  # ran as seed 0 before
+    ([1, 2.5], ["seeds", "not a fraction", "2.5"]),
+    ([-0.5], ["seeds", "not a fraction"]),
+    ([float("nan")], ["seeds", "list of ints", "nan"]),
+    ([float("inf")], ["seeds", "list of ints", "inf"]),
+    ([True], ["seeds", "list of ints", "True"]),
+    ([0, False], ["seeds", "list of ints"]),
+    ("0.5", ["seeds", "list of ints"]),
+    ("1,x", ["seeds", "list of ints"]),
+    (7, ["seeds", "list of ints", "7"]),
+])
+def test_sweep_seeds_are_whole_numbers(tmp_path, seeds, words):
+    with pytest.raises(SweepError) as err:
+        load_sweep(write(tmp_path / "grid.yaml", {"methods": {"a": {}}, "seeds": seeds}))
+    for w in words:
+        assert w in str(err.value), (w, str(err.value))
+
+
+def test_sweep_seeds_written_as_whole_floats_or_text_are_those_numbers(tmp_path):
+    for seeds, want in (([2.0, 0, 3], [2, 0, 3]), ("4, 5", [4, 5])):
+        sweep = load_sweep(write(tmp_path / "grid.yaml", {"methods": {"a": {}}, "seeds": seeds}))
+        assert [c.seed for c in sweep.cells] == want
+        assert all(type(c.seed) is int for c in sweep.cells)
+
+
 def sweep_cmd(path, *extra):
     return subprocess.run([sys.executable, "-m", "experiments.sweep", str(path), *extra], cwd=ROOT,
                           capture_output=True, text=True, timeout=600)
@@ -301,3 +327,26 @@ def test_a_run_that_broke_down_is_marked_diverged_any_other_error_not():
     assert failure_kind(NothingLearned("no round aggregated a reply")) == "diverged"
     for other in (ValueError("bad key"), RuntimeError("a bug"), OSError("disk full")):
         assert failure_kind(other) == "error"
+
+
+def test_cells_picks_cells_by_setting_method_and_seed(tmp_path, capsys):
+    """--cells: a shell pattern over '<setting>/<method>/<seed>' ('-': the unnamed setting);
+    one that matches nothing is an error naming a cell that exists."""
+    from experiments.sweep import main
+
+    grid = write(tmp_path / "g.yaml", {
+        "out-dir": str(tmp_path / "out"), "seeds": [0, 1, 2],
+        "methods": {"FedAvg": {"method": "fedavg"}, "GC-Fed": {"method": "gcfed"}},
+        "settings": {"a": {}, "b": {"dirichlet-alpha": 0.1}}})
+    for pattern, want in (("a/GC-Fed/1", [("a", "GC-Fed", "1")]),
+                          ("*/FedAvg/2", [("a", "FedAvg", "2"), ("b", "FedAvg", "2")]),
+                          ("b/*/[01]", [("b", "FedAvg", "0"), ("b", "FedAvg", "1"),
+                                        ("b", "GC-Fed", "0"), ("b", "GC-Fed", "1")])):
+        assert main([str(grid), "--dry-run", "--cells", pattern]) == 0
+        lines = capsys.readouterr().out.strip().splitlines()
+        assert [re.match(r"to run\s+(\S+) \| (.+?) \| seed (\d)", line).groups()
+                for line in lines] == want
+    assert main([str(grid), "--dry-run", "--cells", "a/FedAvg/3"]) == 2
+    assert "matches none of the sweep's cells (e.g. 'a/FedAvg/0'" in capsys.readouterr().err
+    unnamed = write(tmp_path / "u.yaml", {"methods": {"FedAvg": {"method": "fedavg"}}})
+    assert main([str(unnamed), "--dry-run", "--cells=-/FedAvg/0"]) == 0
