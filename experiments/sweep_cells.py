@@ -1,0 +1,333 @@
+"""A sweep's cells run: which are done (`is_done`, `cells_to_run`), one cell with `flwr run`
+(`run_cell`) or in this process (`run_cell_in_process`), several side by side in worker
+processes (`run_parallel`), and the whole sweep on one SuperLink (`run_sweep`).
+
+Each cell writes inside the sweep's own folder, never through a link (`sweep_folder`). The sweep
+file is read by `experiments.sweep_file`; `experiments.sweep` is the command line.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from fileio.atomic import write_text_atomic
+from fileio.folders import folders_inside
+from fileio.in_place import fresh_log
+from fileio.reading import CONFIG_FILE_LIMIT, read_json_bounded, read_tail
+from reporting.results_file import read_results
+from reporting.status import describe, run_state
+
+from .superlink import LocalSuperLink
+from .sweep_file import Cell, Sweep, toml_value
+
+LOGS = {"flwr": "flwr-run.log", "in-process": "in-process.log"}  # each cell's output
+
+
+def results_of(run_dir: Path) -> dict[str, Any] | None:
+    """The cell's results.json, checked (reporting.results_file); None when there is none or it
+    cannot be read (the cell then counts as not done)."""
+    try:
+        return read_results(run_dir)
+    except OSError:
+        return None
+
+
+def is_result(run_dir: Path) -> bool:
+    """The run folder holds a result: a complete run, or one whose training diverged (a method's
+    result, which the table writes as failed, as the papers write "Failed"), not a run that
+    stopped on an error or was killed."""
+    state = run_state(run_dir)["state"]
+    if state == "complete":
+        return True
+    results = results_of(run_dir) if state == "failed" else None
+    return bool(results) and results.get("failure") == "diverged"
+
+
+def is_done(cell: Cell) -> bool:
+    """A result (`is_result`) made from this very cell description."""
+    if not is_result(cell.run_dir):
+        return False
+    try:
+        made_from = read_json_bounded(cell.run_dir / "sweep-cell.json", CONFIG_FILE_LIMIT)
+    except OSError:
+        return False
+    return made_from == json.loads(json.dumps(cell.description()))
+
+
+def sweep_folder(sweep: Sweep, *names: str) -> Path:
+    """sweep.dir/names..., made inside the sweep's out-dir, no folder on the way a link."""
+    sweep.dir.parent.mkdir(parents=True, exist_ok=True)
+    return folders_inside(sweep.dir.parent, sweep.dir.name, *names)
+
+
+def start_cell(cell: Cell, sweep: Sweep) -> None:
+    """The cell's folder made, its stale results removed, its run-config.toml written (it also
+    serves `flwr run`)."""
+    sweep_folder(sweep, *cell.run_dir.relative_to(sweep.dir).parts)
+    for stale in ("results.json", "sweep-cell.json"):
+        (cell.run_dir / stale).unlink(missing_ok=True)
+    write_text_atomic(cell.run_dir / "run-config.toml",
+                      "".join(f"{k} = {toml_value(v)}\n" for k, v in cell.run_config.items()))
+
+
+def command(cell: Cell, sweep: Sweep, connection: str) -> list[str]:
+    cmd = ["flwr", "run", str(sweep.app), connection, "--stream",
+           "--run-config", str(cell.run_dir / "run-config.toml")]
+    if cell.federation_config:
+        cmd += ["--federation-config",
+                " ".join(f"{k}={toml_value(v)}" for k, v in cell.federation_config.items())]
+    return cmd
+
+
+def run_cell(cell: Cell, sweep: Sweep, connection: str, env: dict[str, str], echo: bool) -> bool:
+    """Run one cell with `flwr run`; True when it left a complete results.json."""
+    start_cell(cell, sweep)
+    cmd = command(cell, sweep, connection)
+    run_id = None
+    with fresh_log(cell.run_dir / LOGS["flwr"]) as log:
+        log.write("$ " + " ".join(cmd) + "\n")
+        proc = subprocess.Popen(cmd, cwd=sweep.app, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        deadline = time.monotonic() + sweep.cell_timeout if sweep.cell_timeout else None
+        try:
+            for line in proc.stdout:
+                log.write(line)
+                found = re.search(r"started run (\d+)", line)
+                run_id = run_id or (found.group(1) if found else None)
+                if echo and re.search(r"\[round \d+/\d+\]|Done:|Run failed:", line):
+                    print("   ", line.rstrip(), flush=True)
+                if deadline and time.monotonic() > deadline:
+                    print(f"    cell took longer than cell-timeout = {sweep.cell_timeout} s: "
+                          "stopped")
+                    break
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+                if run_id:  # the run goes on in the SuperLink otherwise
+                    subprocess.run(["flwr", "stop", run_id, connection], cwd=sweep.app, env=env,
+                                   capture_output=True, timeout=60)
+            proc.wait()
+    return finished(cell, echo)
+
+
+def num_nodes_of(federation_config: dict[str, Any]) -> int:
+    """The federation size of an in-process cell: `num-supernodes` (the one federation-config
+    key that means something without Ray; Flower's simulation default is 2)."""
+    for key in ("num-supernodes", "options.num-supernodes"):
+        if key in federation_config:
+            return int(federation_config[key])
+    return 2
+
+
+class CellTimeout(Exception):
+    """An in-process cell ran past cell-timeout."""
+
+
+class _EchoRounds(logging.Handler):
+    """Prints the round lines, the end line and a failure, as the flwr backend echoes them."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        line = record.getMessage()
+        if re.search(r"\[round \d+/\d+\]|Done:|Run failed:", line):
+            print("   ", line.rstrip(), flush=True)
+
+
+def run_cell_in_process(cell: Cell, sweep: Sweep, echo: bool) -> bool:
+    """Run one cell in this process (`inprocess`); True when it left a complete
+    results.json. The ServerApp's log goes to the cell's in-process.log (and its round lines to
+    the console with `echo`); the run-config.toml it writes also serves `flwr run`."""
+    from inprocess import run_in_process
+
+    start_cell(cell, sweep)
+    logger = logging.getLogger("flwr")
+    saved = logger.handlers[:], logger.level
+    with fresh_log(cell.run_dir / LOGS["in-process"]) as log_file:
+        to_file = logging.StreamHandler(log_file)
+        to_file.setFormatter(logging.Formatter("%(levelname)s %(asctime)s: %(message)s"))
+        logger.handlers = [to_file] + ([_EchoRounds()] if echo else [])
+        logger.setLevel(logging.DEBUG)
+
+        def timed_out(signum, frame):
+            raise CellTimeout(f"cell took longer than cell-timeout = {sweep.cell_timeout} s")
+
+        if sweep.cell_timeout:
+            previous = signal.signal(signal.SIGALRM, timed_out)
+            signal.setitimer(signal.ITIMER_REAL, float(sweep.cell_timeout))
+        try:
+            run_in_process(cell.run_config, num_nodes_of(cell.federation_config))
+        except KeyboardInterrupt:
+            raise
+        except Exception as err:  # the ServerApp marked the run folder failed (if it made one)
+            log_file.write(f"{type(err).__name__}: {err}\n")
+            if isinstance(err, CellTimeout):
+                print(f"    {err}: stopped", flush=True)
+        finally:
+            if sweep.cell_timeout:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                signal.signal(signal.SIGALRM, previous)
+            logger.handlers = saved[0]
+            logger.setLevel(saved[1])
+    return finished(cell, echo)
+
+
+def finished(cell: Cell, echo: bool) -> bool:
+    """True when the cell's run folder holds a result (`is_result`; then sweep-cell.json is
+    written); else, with `echo`, print what results.json says and the end of the log."""
+    state = run_state(cell.run_dir)  # `flwr run` exits 0 also when the run failed
+    if is_result(cell.run_dir):
+        write_text_atomic(cell.run_dir / "sweep-cell.json",
+                          json.dumps(cell.description(), indent=2))
+        if state["state"] != "complete" and echo:
+            print("    diverged (a result: the table writes it as failed): "
+                  + describe(state), flush=True)
+        return True
+    if echo:  # what results.json says, and the end of the log
+        print("    " + describe(state), flush=True)
+        logs = [cell.run_dir / name for name in LOGS.values() if (cell.run_dir / name).exists()]
+        try:
+            tail = read_tail(logs[0], 64 * 1024).decode(errors="replace").splitlines()[-12:] \
+                if logs else []
+        except OSError as err:
+            tail = [str(err)]
+        print("\n".join("    | " + line for line in tail), flush=True)
+    return False
+
+
+def cell_name(cell: Cell) -> str:
+    """'<setting>/<method>/<seed>' ('-' for the one unnamed setting): what --cells matches."""
+    return f"{cell.setting or '-'}/{cell.method}/{cell.seed}"
+
+
+def cells_to_run(sweep: Sweep) -> list[Cell]:
+    """The cells not done, seed by seed (every method and setting of the first seed, then of the
+    next): a sweep stopped early leaves whole seeds, a table of every row."""
+    seeds = list(dict.fromkeys(c.seed for c in sweep.cells))
+    return sorted((c for c in sweep.cells if not is_done(c)), key=lambda c: seeds.index(c.seed))
+
+
+def _cell_in_worker(cell: Cell, sweep: Sweep, threads: int) -> bool:
+    """One in-process cell in a worker process of `run_parallel`, on `threads` threads."""
+    import torch
+
+    torch.set_num_threads(threads)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops the workers
+    return run_cell_in_process(cell, sweep, echo=False)
+
+
+def _progress(done: int, total: int, started: float, last: float) -> str:
+    """'12/114 cells, 0:41:10 so far, about 5:50:00 to go' (the pace of the cells so far)."""
+    spent = time.monotonic() - started
+    left = spent / done * (total - done) if done else None
+
+    def hms(t: float) -> str:
+        return f"{int(t // 3600)}:{int(t % 3600 // 60):02d}:{int(t % 60):02d}"
+
+    return (f"{done}/{total} cells, {hms(spent)} so far"
+            + (f", about {hms(left)} to go" if left is not None and done < total else "")
+            + f" (this cell {last:.0f} s)")
+
+
+def run_parallel(sweep: Sweep, todo: list[Cell], jobs: int) -> None:
+    """In-process cells, `jobs` at a time, each in a worker process of its own with
+    cpu-count / jobs threads; one line per cell as it ends."""
+    import multiprocessing
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+    print(f"in-process: {jobs} cells at a time, {threads} thread(s) each; each cell's round "
+          f"lines are in its {LOGS['in-process']}", flush=True)
+    pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"))
+    started, pending, queue = time.monotonic(), {}, list(todo)
+    done = 0
+    try:
+        while queue or pending:
+            while queue and len(pending) < jobs:
+                cell = queue.pop(0)
+                pending[pool.submit(_cell_in_worker, cell, sweep, threads)] = (
+                    cell, time.monotonic())
+            finished_now, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for future in finished_now:
+                cell, t = pending.pop(future)
+                try:
+                    ok = future.result()
+                except Exception as err:  # the worker died (killed, out of memory)
+                    print(f"    worker: {type(err).__name__}: {err}", flush=True)
+                    ok = False
+                done += 1
+                status = cell_line(cell, ok, sweep)
+                print(f"[{_progress(done, len(todo), started, time.monotonic() - t)}] "
+                      f"{cell.setting + ' / ' if cell.setting else ''}{cell.method} / seed "
+                      f"{cell.seed}: {status}", flush=True)
+                if not ok:
+                    sweep.failed.append(cell)
+    finally:
+        for process in list(getattr(pool, "_processes", {}).values()):
+            process.terminate()  # (a stop: the cells running now are run again next time)
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def cell_line(cell: Cell, ok: bool, sweep: Sweep) -> str:
+    """What became of a cell: its final accuracy, diverged, or failed with where to look."""
+    if not ok:
+        return f"FAILED (see {cell.run_dir / LOGS[sweep.backend]})"
+    results = results_of(cell.run_dir) or {}
+    if results.get("status") != "complete":
+        return "diverged (a result: written as failed in the table)"
+    acc = (results.get("summary") or {}).get("final-test-acc")
+    return "done" + (f", test-acc {100 * acc:.2f} %" if isinstance(acc, (int, float)) else "")
+
+
+def run_sweep(sweep: Sweep, echo: bool = True, jobs: int = 1) -> None:
+    """Run every cell that is not done (`cells_to_run`), on one SuperLink, or in-process
+    `jobs` at a time."""
+    todo = cells_to_run(sweep)
+    print(f"sweep {sweep.dir}: {len(sweep.cells)} cells, {len(sweep.cells) - len(todo)} done, "
+          f"{len(todo)} to run", flush=True)
+    if not todo:
+        return
+    link = None
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def interrupted(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    for sig in previous:  # also when started in the background, where SIGINT is ignored
+        signal.signal(sig, interrupted)
+    try:
+        if sweep.backend == "in-process" and jobs > 1:
+            run_parallel(sweep, todo, jobs)
+            return
+        if sweep.backend == "in-process":
+            connection, env = None, None
+            print("in-process: the ServerApp and ClientApp run in this process", flush=True)
+        elif sweep.connection:
+            connection = sweep.connection
+            env = {**os.environ, "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1"}
+        else:
+            link = LocalSuperLink().start()
+            connection, env = link.connection, link.env
+            print(f"started a SuperLink on 127.0.0.1:{link.port} (stopped at the end)", flush=True)
+        for i, cell in enumerate(todo, 1):
+            label = f"[{i}/{len(todo)}] {cell.setting + ' / ' if cell.setting else ''}" \
+                    f"{cell.method} / seed {cell.seed}"
+            print(label, flush=True)
+            t = time.monotonic()
+            ok = run_cell_in_process(cell, sweep, echo) if sweep.backend == "in-process" \
+                else run_cell(cell, sweep, connection, env, echo)
+            print(f"    {cell_line(cell, ok, sweep)} in {time.monotonic() - t:.0f} s",
+                  flush=True)
+            if not ok:
+                sweep.failed.append(cell)
+    finally:
+        if link is not None:
+            link.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
