@@ -119,8 +119,27 @@ def failure_kind(err: BaseException) -> str:
 
 
 def run_server(grid: Grid, context: Context, where: dict) -> None:
+    """One run, job by job: its config and folder, the data and model, the federation, the
+    recorder and strategy, the rounds, the end. `where` holds what `main` cleans up on an error
+    (the run folder, its lock, the recorder) as soon as each exists."""
     cfg = resolve(context.run_config)  # raises ConfigError naming the key before anything starts
+    run_dir, checkpoint, run_uid = open_run_dir(cfg, context, where)
+    spec, model, device, test, partitions = model_and_data(cfg, grid, run_dir)
+    grid = federation_grid(cfg, grid, partitions)
+    recorder = RunRecorder(cfg, build_model(cfg["model"], spec.in_shape, spec.num_classes,
+                                            cfg["gn-groups"]).to(device),
+                           test, run_dir, device, aggregate_metricrecords, traffic=grid.take)
+    where["recorder"] = recorder
+    recorder.trackers = build_trackers(cfg, run_dir)
+    strategy = make_strategy(cfg, model, recorder, partitions)
+    result = run_rounds(cfg, grid, model, strategy, recorder, run_dir, checkpoint, run_uid)
+    end_run(result.arrays, model, recorder, run_dir)
 
+
+def open_run_dir(cfg: dict, context: Context, where: dict) -> tuple[Path, dict | None, str]:
+    """The run folder, held (one run per folder), marked running with config.json written:
+    a new one, or with `resume` the checkpoint's own (then also the checkpoint, checked against
+    the folder and the config); and the run's own id."""
     def hold(run_dir: Path, key: str) -> None:  # one run per folder (run_lock); freed by main
         where["lock"] = hold_run_dir(run_dir, context.run_id, key, cfg[key])
 
@@ -142,6 +161,13 @@ def run_server(grid: Grid, context: Context, where: dict) -> None:
     mark_running(run_dir, cfg, context.run_id, run_uid)
     write_json_atomic(run_dir / "config.json", cfg)
     log(INFO, "Run folder: %s (Flower run %s)", run_dir, context.run_id)
+    return run_dir, checkpoint, run_uid
+
+
+def model_and_data(cfg: dict, grid: Grid, run_dir: Path) -> tuple:
+    """(spec, the global model, the device, the server's test set, the partition summary or
+    None): the seeds set, the model built, the test set loaded, the split logged and, when
+    there is one, written to partitions.json and drawn in labels.png."""
     random.seed(cfg["seed"])  # Flower's own baselines sample nodes with the global `random`
     spec = spec_of(cfg)
     model = build_model(cfg["model"], spec.in_shape, spec.num_classes, cfg["gn-groups"],
@@ -153,7 +179,12 @@ def run_server(grid: Grid, context: Context, where: dict) -> None:
     if partitions:
         write_json_atomic(run_dir / "partitions.json", partitions)
         plot_labels(cfg, partitions["clients"], run_dir)
+    return spec, model, device, test, partitions
 
+
+def federation_grid(cfg: dict, grid: Grid, partitions: dict | None) -> MeteredGrid:
+    """The grid, metered, after the checks a simulated federation's known size allows (robust
+    rules, num-clients, amp without a GPU); a simulation's message poll sped up."""
     simulation = getattr(grid, "fixed_size", False) or is_simulation(grid)
     if simulation and partitions:  # the federation's size is known: what it decides
         check_robust(cfg, partitions["clients"])
@@ -171,16 +202,26 @@ def run_server(grid: Grid, context: Context, where: dict) -> None:
         speed_up_message_poll(grid)  # docs/performance.md#many-clients
     grid = MeteredGrid(grid)  # counts the clients and bytes of every message sent and received
     grid.fixed_size = simulation  # too few simulated nodes: an error at once, no waiting
-    recorder = RunRecorder(cfg, build_model(cfg["model"], spec.in_shape, spec.num_classes,
-                                            cfg["gn-groups"]).to(device),
-                           test, run_dir, device, aggregate_metricrecords, traffic=grid.take)
-    where["recorder"] = recorder
-    recorder.trackers = build_trackers(cfg, run_dir)
+    return grid
+
+
+def make_strategy(cfg: dict, model: torch.nn.Module, recorder: RunRecorder,
+                  partitions: dict | None):
+    """The method's strategy, reporting to `recorder`; with num-examples-check, a reply's
+    claimed examples bounded by the largest partition."""
     strategy = build_strategy(cfg, model, train_metrics_aggr_fn=recorder.train_metrics,
                               evaluate_metrics_aggr_fn=recorder.eval_metrics)
     strategy.round_metrics_fn = recorder.note_train
     if partitions and cfg["num-examples-check"]:  # docs/security.md: what the server knows
         strategy.max_num_examples = float(partitions["size-max"])
+    return strategy
+
+
+def run_rounds(cfg: dict, grid: MeteredGrid, model: torch.nn.Module, strategy,
+               recorder: RunRecorder, run_dir: Path, checkpoint: dict | None, run_uid: str):
+    """Flower's loop from the first round (the checkpoint's next one when resuming, the
+    strategy, the rows and the random state restored), a checkpoint every checkpoint-every
+    rounds and at the last where the server rule can resume; the loop's result."""
     run = dict(
         grid=grid,
         initial_arrays=ArrayRecord(model.state_dict()),
@@ -207,8 +248,14 @@ def run_server(grid: Grid, context: Context, where: dict) -> None:
                                    recorder.rows, run_uid=run_uid)
             log(INFO, "Checkpoint of round %d: %s", server_round, path)
 
-    result = strategy.start(**run, round_end_fn=round_end)
-    final = result.arrays if len(result.arrays) else ArrayRecord(model.state_dict())
+    return strategy.start(**run, round_end_fn=round_end)
+
+
+def end_run(arrays: ArrayRecord, model: torch.nn.Module, recorder: RunRecorder,
+            run_dir: Path) -> None:
+    """final_model.pt (the loop's last arrays, else the initial model), the run marked complete
+    by the recorder (results.json, the plots), and the done line."""
+    final = arrays if len(arrays) else ArrayRecord(model.state_dict())
     write_torch_atomic(run_dir / "final_model.pt", final.to_torch_state_dict())
     summary = recorder.finish()
     log(INFO, "%s", done_line(summary, run_dir))
