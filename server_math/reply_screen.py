@@ -309,28 +309,68 @@ def screen_replies(
     when no reply is dropped, clipped or reweighted afterwards.
     """
     records, centers, undecodable = records or {}, centers or {}, undecodable or {}
-    out = Screened(counts={"replies": 0, "errors": 0, "timeouts": 0, "dropped": 0})
-    node_of = {m.metadata.message_id: m.metadata.dst_node_id for m in sent if m.metadata.message_id}
-    answered = set()
+    now = _Round(server_round, describe,
+                 Screened(counts={"replies": 0, "errors": 0, "timeouts": 0, "dropped": 0}),
+                 {m.metadata.message_id: m.metadata.dst_node_id for m in sent
+                  if m.metadata.message_id})
+    # 1. what each reply is (error, duplicate) and its layout; 2. every update norm, in one
+    # pass over the models (server_math.reply_pass); 3. the values: finite, norm bound, records;
+    # 4. the nodes that did not answer
+    parsed, answered = _parse_replies(now, replies, phi, weight_key, records, metrics,
+                                      undecodable)
+    parsed.sort(key=lambda item: order(item[0]))  # the order of the aggregate
+    norms = _measure_norms(now.out, parsed, phi, mean_weights, mean_out)
+    _check_values(now, parsed, norms, phi, max_norm, records, centers)
+    _count_timeouts(now, sent, answered)
+    out = now.out
+    out.good.sort(key=lambda item: order(now.node(item[0])))
+    out.counts["replies"] = len(out.good)
+    return out
 
-    def drop(node: int, bad: BadUpdate) -> None:
-        out.drop(bad.reason)
-        log(WARNING, "round %d: dropped the reply of %s: %s", server_round, describe(node),
+
+# (node, message, model, weight, its records): a reply whose structure passed, its values not
+# yet checked
+_Parsed = tuple[int, Message, State, float, dict[str, ArrayRecord]]
+
+
+@dataclass
+class _Round:
+    """What the steps of `screen_replies` share: the round, how a node is named in log lines,
+    the outcome, and the node of each instruction (by message id)."""
+
+    number: int
+    describe: Callable[[int], str]
+    out: Screened
+    node_of: dict[str, int]
+
+    def node(self, msg: Message) -> int:
+        """The node a reply answers: its instruction's, where the grid set a message id."""
+        return self.node_of.get(msg.metadata.reply_to_message_id, msg.metadata.src_node_id)
+
+    def drop(self, node: int, bad: BadUpdate) -> None:
+        self.out.drop(bad.reason)
+        log(WARNING, "round %d: dropped the reply of %s: %s", self.number, self.describe(node),
             bad.detail)
 
-    # 1. what each reply is (error, duplicate) and its layout; 2. every update norm, in one
-    # pass over the models (server_math.reply_pass); 3. the values: finite, norm bound, records
-    parsed = []  # (node, message, model, weight, its records)
+
+def _parse_replies(now: _Round, replies: Iterable[Message], phi: State, weight_key: str,
+                   records: Mapping[str, State], metrics: Mapping[str, ReplyMetric] | None,
+                   undecodable: Mapping[int, str]) -> tuple[list[_Parsed], set]:
+    """Step 1, the structure: a second reply of a node dropped, an error reply counted, a reply
+    that could not be decoded or whose records, weight, metrics or layout are wrong dropped
+    (`check_reply`); the others parsed, with the nodes that answered."""
+    parsed, answered = [], set()
     for msg in replies:
-        node = node_of.get(msg.metadata.reply_to_message_id, msg.metadata.src_node_id)
+        node = now.node(msg)
         if node in answered:  # one reply per instruction: a repeated one is not counted twice
-            out.drop("duplicate")
-            log(WARNING, "round %d: dropped a second reply of %s", server_round, describe(node))
+            now.out.drop("duplicate")
+            log(WARNING, "round %d: dropped a second reply of %s", now.number,
+                now.describe(node))
             continue
         answered.add(node)
         if msg.has_error():
-            out.counts["errors"] += 1
-            log(WARNING, "round %d: %s failed: %s", server_round, describe(node),
+            now.out.counts["errors"] += 1
+            log(WARNING, "round %d: %s failed: %s", now.number, now.describe(node),
                 short_reason(msg.error.reason))
             continue
         try:
@@ -339,15 +379,32 @@ def screen_replies(
             taken = take_records(msg.content, records)
             model, n = check_reply(msg.content, phi, weight_key, metrics)
         except BadUpdate as bad:
-            drop(node, bad)
+            now.drop(node, bad)
             continue
         parsed.append((node, msg, model, n, taken))
-    parsed.sort(key=lambda item: order(item[0]))  # the order of the aggregate
+    return parsed, answered
+
+
+def _measure_norms(out: Screened, parsed: list[_Parsed], phi: State,
+                   mean_weights: Callable[[list[float]], list[float] | None] | None,
+                   mean_out: State | None) -> list[float]:
+    """Step 2: every update norm in one pass over the models, in their aggregation order, and
+    with `mean_weights` the rule's weighted mean in the same pass (kept as `out.prepared`)."""
     models = [model for _, _, model, _, _ in parsed]
     weights = mean_weights([n for _, _, _, n, _ in parsed]) if mean_weights and parsed else None
     norms, mean = norms_and_sum(models, phi, float_keys(phi), weights, mean_out)
     if mean is not None:
         out.prepared = PreparedMean(models, weights, phi, mean)
+    return norms
+
+
+def _check_values(now: _Round, parsed: list[_Parsed], norms: list[float], phi: State,
+                  max_norm: float, records: Mapping[str, State],
+                  centers: Mapping[str, State]) -> None:
+    """Step 3, the values: finite, the update norm at most `max_norm`, every record the rule
+    needs present, as declared and finite (`check_norms`, `check_record`); the good replies
+    kept in `now.out` with their norms and records, the others dropped."""
+    out = now.out
     for (node, msg, model, n, taken), norm in zip(parsed, norms):
         try:
             norm = check_norms(model, phi, norm, max_norm)
@@ -359,16 +416,16 @@ def screen_replies(
                 up[name], up_norms[name] = check_record(name, taken[name], layout,
                                                         centers.get(name))
         except BadUpdate as bad:
-            drop(node, bad)
+            now.drop(node, bad)
             continue
         out.good.append((msg, model, n))
         out.norms[id(msg)], out.up[id(msg)], out.up_norms[id(msg)] = norm, up, up_norms
+
+
+def _count_timeouts(now: _Round, sent: Sequence[Message], answered: set) -> None:
+    """Step 4: each node sent an instruction that did not answer counted and logged."""
     for node in (m.metadata.dst_node_id for m in sent):
         if node not in answered:
-            out.counts["timeouts"] += 1
-            log(WARNING, "round %d: no reply from %s within round-timeout", server_round,
-                describe(node))
-    out.good.sort(key=lambda item: order(node_of.get(item[0].metadata.reply_to_message_id,
-                                                     item[0].metadata.src_node_id)))
-    out.counts["replies"] = len(out.good)
-    return out
+            now.out.counts["timeouts"] += 1
+            log(WARNING, "round %d: no reply from %s within round-timeout", now.number,
+                now.describe(node))
