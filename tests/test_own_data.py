@@ -141,7 +141,8 @@ def duplicates_in_digits() -> int:
 # --- the apps on own data ------------------------------------------------------------------------
 def run_on_own_data(tmp_path, folders, method, ids=True, **overrides):
     """The real ServerApp and one real ClientApp per folder (node config data-path and, with
-    `ids`, client-id and num-clients), in this process. Returns results.json."""
+    `ids`, client-id and num-clients; `ids = "client-id"`: client-id alone), in this process.
+    Returns results.json."""
     import server_app.app as server
     from client_app.app import evaluate, query, train
     from inprocess import InProcessGrid
@@ -153,7 +154,8 @@ def run_on_own_data(tmp_path, folders, method, ids=True, **overrides):
           **overrides}
     contexts = [Context(run_id=1, node_id=i, state=RecordDict(), run_config=dict(rc),
                         node_config={"data-path": str(f), **({"client-id": i,
-                                     "num-clients": len(folders)} if ids else {})})
+                                     "num-clients": len(folders)} if ids is True else {}),
+                                     **({"client-id": i} if ids == "client-id" else {})})
                 for i, f in enumerate(folders)]
     functions = {"train": train, "evaluate": evaluate, "query": query}
     grid = InProcessGrid(len(folders), lambda i, msg: functions[msg.metadata.message_type](
@@ -173,6 +175,19 @@ def test_own_data_nodes_each_train_on_their_folder_and_the_model_learns(tmp_path
     rounds = results["rounds"]
     assert all(r["train-replies"] == 3 and r["train-dropped"] == 0 for r in rounds[1:])
     assert rounds[-1]["test-acc"] > 0.6, rounds[-1]  # 10 classes: chance is 0.1
+
+
+def test_own_data_nodes_without_num_clients_take_the_run_configs(tmp_path):
+    """docs/deployment.md#adding-a-node: nodes started with --client-id alone; the run config's
+    num-clients is N: three such nodes (a third added to the docs' two) all train, SCAFFOLD
+    (which uses N) included."""
+    from feddata.__main__ import demo_folders
+
+    folders = demo_folders(str(tmp_path / "data"), 3)
+    results = run_on_own_data(tmp_path, folders, "scaffold", ids="client-id",
+                              **{"num-clients": 3, "num-server-rounds": 2})
+    assert results["status"] == "complete"
+    assert [r["train-replies"] for r in results["rounds"][1:]] == [3, 3]
 
 
 def test_own_data_a_node_with_a_bad_folder_fails_named_and_the_run_completes(tmp_path, caplog):
