@@ -69,6 +69,12 @@ def wait_for_nodes(grid: Grid, fraction: float, min_nodes: int, min_available: i
 Construct = Callable[[RecordDict, list[int], str], Iterable[Message]]
 
 
+def _says_simulated(msg: Message) -> bool:
+    """Whether a node's reply to the partition-id query says it is a simulated node."""
+    return not msg.has_error() and any(rec.get("simulated") == 1
+                                       for rec in msg.content.metric_records.values())
+
+
 class Nodes:
     """The node side of a strategy: sampling, partition identity, dynamic-client assignment.
 
@@ -171,17 +177,22 @@ class Nodes:
         asked = [n for n in nodes if n not in self._queried]
         if not asked:
             return
-        new, anonymous = asked, []
+        new, anonymous, replies = asked, [], []
         if self.virtual_nodes is None:
-            self.virtual_nodes, anonymous = self._query(grid, new[:1], construct)
-            if self.virtual_nodes:
-                log(INFO, "Simulated nodes: partition p is trained by the p-th node by id "
-                    "(%d partitions)", self.num_slots)
-                self._bind_virtual(nodes)
-                return
-            new = new[1:]
-        if new:
-            anonymous += self._query(grid, new, construct)[1]
+            replies, new = self._ask(grid, new[:1], construct), new[1:]
+            if any(_says_simulated(msg) for msg in replies):
+                self.virtual_nodes, anonymous = self._screen(replies)
+                if self.virtual_nodes:
+                    log(INFO, "Simulated nodes: partition p is trained by the p-th node by id "
+                        "(%d partitions)", self.num_slots)
+                    self._bind_virtual(nodes)
+                    return
+                replies = []
+            self.virtual_nodes = False
+        if new:  # (a deployment's first node is screened with these: N is what most report)
+            replies += self._ask(grid, new, construct)
+        if replies:
+            anonymous += self._screen(replies)[1]
         if anonymous:  # once every node asked has reported: a client-id claims its slot first
             self._refuse(self._give_slots(sorted(anonymous), asked))
 
@@ -190,14 +201,16 @@ class Nodes:
             self._bound = frozenset(nodes)
             self.partition_of = {node: p for p, node in enumerate(sorted(nodes)[:self.num_slots])}
 
-    def _query(self, grid: Grid, nodes: list[int],
-               construct: Construct) -> tuple[bool, list[int]]:
-        """Ask `nodes` for their partition-id: (whether the replies say they are simulated, the
-        nodes with their own data and no client-id, which wait for a slot)."""
+    def _ask(self, grid: Grid, nodes: list[int], construct: Construct) -> list[Message]:
+        """Ask `nodes` for their partition-id (a QUERY message each): their replies."""
         self._queried.update(nodes)  # a node that does not answer is not asked again every round
         content = RecordDict({"config": ConfigRecord({"want": "partition-id"})})
-        replies = grid.send_and_receive(construct(content, nodes, MessageType.QUERY),
-                                        timeout=self.node_wait_timeout)
+        return list(grid.send_and_receive(construct(content, nodes, MessageType.QUERY),
+                                          timeout=self.node_wait_timeout))
+
+    def _screen(self, replies: list[Message]) -> tuple[bool, list[int]]:
+        """The nodes' reports, screened together: (whether the replies say they are simulated,
+        the nodes with their own data and no client-id, which wait for a slot)."""
         simulated, reports, anonymous, refused = False, {}, [], {}
         for msg in replies:
             if msg.has_error():
@@ -215,14 +228,14 @@ class Nodes:
                     continue
                 nparts = rec.get("num-partitions")
                 if rec.get("own-data") == 1 and nparts == 0:  # a client-id, N left to the server
-                    nparts = self.num_slots or len(set(self._connected) | set(nodes))
+                    nparts = self.num_slots or len(self._connected)
                 reports[node] = (rec.get("partition-id"), nparts)
                 simulated = simulated or rec.get("simulated") == 1
         decided = self.num_slots
         accepted, self.num_slots, screened = screen_node_reports(
             reports, self.num_slots, self.slots_from or "the federation's N")
         if not decided and self.num_slots:
-            self.slots_from = "the federation's N, set by the nodes that reported first"
+            self.slots_from = "the number most nodes report"
         refused.update({n: why + self._num_clients_fix(why) for n, why in screened.items()})
         claimed = False
         for node in sorted(accepted):

@@ -208,16 +208,14 @@ def test_a_run_whose_connected_nodes_are_all_refused_stops_at_once_counting_the_
     (3, {0, 1}, "its num-clients = 2, but the run config's num-clients is 3: start the node "
                 "with --num-clients 3, or with its own data (--data-path) without "
                 "--num-clients: it then takes the run config's"),
-    (0, {2}, "its num-clients = 3, but the federation's N, set by the nodes that reported "
-             "first is 2: start the node with --num-clients 2, or set num-clients in the run "
-             "config"),
+    (0, {2}, "its num-clients = 3, but the number most nodes report is 2: start the node with "
+             "--num-clients 2, or set num-clients in the run config"),
 ])
 def test_a_node_whose_num_clients_differs_is_told_where_the_federations_n_came_from(
         num_clients, refused_nodes, says, caplog):
     """The docs' two nodes (--num-clients 2) and a third started with --num-clients 3: with
     num-clients = 3 in the run config the two are refused, naming the run config's key;
-    without it N is what the nodes that reported first say (node 0 is asked first, alone),
-    and the third is refused, saying so."""
+    without it N is what most nodes report, and the third is refused, saying so."""
     from strategies import Nodes
 
     grid = reporting_grid([{"own-data": 1, "partition-id": i, "num-partitions": n}
@@ -229,6 +227,16 @@ def test_a_node_whose_num_clients_differs_is_told_where_the_federations_n_came_f
     assert all(f"node {grid.node_ids[i]}: its report was refused ({says}" in caplog.text
                for i in refused_nodes), caplog.text
     assert "num-partitions" not in caplog.text and "other nodes say" not in caplog.text
+
+
+def test_the_first_deployment_node_asked_does_not_set_n_alone():
+    """The first node is asked alone (is it simulated?); a deployment node's report is then
+    screened with the others', so N is what most nodes report, not what the first says."""
+    grid = reporting_grid([{"own-data": 1, "partition-id": pid, "num-partitions": n}
+                           for pid, n in ((4, 5), (0, 2), (1, 2))])
+    nodes, slots, refused = identified(grid)
+    assert nodes.num_slots == 2 and refused == {0} and slots == {1: 0, 2: 1}
+    assert [len(q) for q in grid.queries] == [1, 2]  # the first alone, then the others
 
 
 def test_refused_nodes_do_not_stop_a_run_whose_accepted_node_left():
