@@ -12,7 +12,8 @@
 #   --superlink PORT   the loopback port of deploy/superlink.sh (default 9093), or HOST:PORT of
 #                      a SuperLink only the proxy can reach (the compose demo: superlink:9093;
 #                      the certificate must name HOST)
-#   --run-dir DIR      folder for nginx's config, logs and buffers (default: a new temp folder)
+#   --run-dir DIR      folder for nginx's config, logs and buffers (default: a new temp folder,
+#                      removed when nginx stops: Ctrl-C, SIGTERM; a --run-dir is left)
 #
 # Forwarded: /v1/fleet/... (SuperNodes, still authenticated by their keys at the SuperLink) and
 # /health. Everything else - the Control API (/v1/control/: run submission, `flwr ls`, SuperNode
@@ -60,7 +61,8 @@ for f in ca.crt server.pem server.key; do
 done
 nginx=$(command -v nginx || echo /usr/sbin/nginx)
 [ -x "$nginx" ] || { echo "nginx not found: apt-get install nginx-light" >&2; exit 2; }
-run=${run:-$(mktemp -d "${TMPDIR:-/tmp}/fleet-proxy.XXXXXX")}
+own_run=""  # a folder this script made, removed when nginx stops
+[ -n "$run" ] || { run=$(mktemp -d "${TMPDIR:-/tmp}/fleet-proxy.XXXXXX"); own_run=$run; }
 mkdir -p "$run"
 user_line=""
 if [ "$(id -u)" = 0 ]; then  # nginx's workers drop root; they need their buffer folders
@@ -117,4 +119,16 @@ http {
 }
 CONF
 echo "fleet proxy: https://$listen -> $upstream_host:$upstream_port (/v1/fleet/, /health); config $run/nginx.conf"
-exec "$nginx" -c "$run/nginx.conf" -p "$run" -g "daemon off;"
+[ -n "$own_run" ] || exec "$nginx" -c "$run/nginx.conf" -p "$run" -g "daemon off;"
+# nginx as a child, so that its folder can be removed when it stops: Ctrl-C (the terminal's
+# SIGINT reaches both) or a signal to this script, which is passed on to nginx
+"$nginx" -c "$run/nginx.conf" -p "$run" -g "daemon off;" &
+nginx_pid=$!
+trap 'kill -TERM "$nginx_pid" 2>/dev/null || true' INT TERM HUP
+status=0
+while :; do
+    wait "$nginx_pid" && status=0 || status=$?
+    kill -0 "$nginx_pid" 2>/dev/null || break  # (a signal ends `wait` early: wait again)
+done
+rm -rf "$own_run"
+exit "$status"

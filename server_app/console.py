@@ -88,14 +88,14 @@ def is_ours(err: BaseException) -> bool:
     from methods import SettingError
     from run_config import ConfigError, SetupError
     from strategies.client_state_rounds import ClientStateLost
-    from strategies.nodes import NodeWaitTimeout
+    from strategies.nodes import NodesRefused, NodeWaitTimeout
     from strategies.round_loop import NothingLearned
     from strategies.state_check import ServerStateNotFinite
 
     from .checkpoint import CheckpointError
 
     return isinstance(err, (ConfigError, SettingError, SetupError, CheckpointError,
-                            NodeWaitTimeout, DataSourceError, ServerStateNotFinite,
+                            NodeWaitTimeout, NodesRefused, DataSourceError, ServerStateNotFinite,
                             ClientStateLost, NothingLearned, UnusableFile))
 
 

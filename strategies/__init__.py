@@ -15,7 +15,8 @@ import importlib
 _EXPORTS = {
     "FedACG": "named", "FedAGM": "named", "GCFed": "named", "FedACGGCFed": "named",
     "Method": "named", "MethodStrategy": "round_loop", "RoundConfig": "round_loop",
-    "Nodes": "nodes", "NodeWaitTimeout": "nodes", "wait_for_nodes": "nodes",
+    "Nodes": "nodes", "NodeWaitTimeout": "nodes", "NodesRefused": "nodes",
+    "wait_for_nodes": "nodes",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -30,6 +30,12 @@ class NodeWaitTimeout(RuntimeError):
     """Too few nodes connected within the wait limit."""
 
 
+class NodesRefused(RuntimeError):
+    """Every connected node was refused when first asked, and none was ever accepted: no node
+    can be sampled, and the run stops at once, saying why (rather than skip every round). (A
+    run whose accepted nodes all left waits for them as before: they keep their slots.)"""
+
+
 def wait_for_nodes(grid: Grid, fraction: float, min_nodes: int, min_available: int,
                    timeout: float) -> tuple[list[int], int]:
     """The connected node ids and the sample size max(floor(fraction * connected), min_nodes),
@@ -63,6 +69,12 @@ def wait_for_nodes(grid: Grid, fraction: float, min_nodes: int, min_available: i
 Construct = Callable[[RecordDict, list[int], str], Iterable[Message]]
 
 
+def _says_simulated(msg: Message) -> bool:
+    """Whether a node's reply to the partition-id query says it is a simulated node."""
+    return not msg.has_error() and any(rec.get("simulated") == 1
+                                       for rec in msg.content.metric_records.values())
+
+
 class Nodes:
     """The node side of a strategy: sampling, partition identity, dynamic-client assignment.
 
@@ -88,11 +100,13 @@ class Nodes:
         self.identify_nodes = identify_nodes
         self.partition_of: dict[int, int] = {}
         self._queried: set[int] = set()
-        self.refused: set[int] = set()  # nodes whose report was invalid: never sampled
+        self.refused: dict[int, str] = {}  # node -> why its report was refused: never sampled
         # Nodes whose client-id a connected node holds: not sampled, their claim tried again
         # each round (a restarted node gets its slot once its old node id has left)
         self.waiting: dict[int, int] = {}
         self.num_slots = num_clients  # N: run config num-clients, or what the nodes reported
+        # where N came from, as the refusals of a node whose num-clients differs say it
+        self.slots_from = "the run config's num-clients" if num_clients else ""
         self.num_clients = num_clients
         self.client_data = client_data
         # Nodes with their own data and no client-id: the server gives each a free slot, in the
@@ -125,6 +139,7 @@ class Nodes:
         slots = state.get("slots") or {}
         if slots:
             self.num_slots = int(state["num-slots"])
+            self.slots_from = self.slots_from or "the federation's N in the checkpoint"
             self.partition_of.update({int(n): int(p) for n, p in slots.items()})
             self.slotted.update(int(n) for n in slots)
             self._queried.update(int(n) for n in slots)
@@ -162,17 +177,22 @@ class Nodes:
         asked = [n for n in nodes if n not in self._queried]
         if not asked:
             return
-        new, anonymous = asked, []
+        new, anonymous, replies = asked, [], []
         if self.virtual_nodes is None:
-            self.virtual_nodes, anonymous = self._query(grid, new[:1], construct)
-            if self.virtual_nodes:
-                log(INFO, "Simulated nodes: partition p is trained by the p-th node by id "
-                    "(%d partitions)", self.num_slots)
-                self._bind_virtual(nodes)
-                return
-            new = new[1:]
-        if new:
-            anonymous += self._query(grid, new, construct)[1]
+            replies, new = self._ask(grid, new[:1], construct), new[1:]
+            if any(_says_simulated(msg) for msg in replies):
+                self.virtual_nodes, anonymous = self._screen(replies)
+                if self.virtual_nodes:
+                    log(INFO, "Simulated nodes: partition p is trained by the p-th node by id "
+                        "(%d partitions)", self.num_slots)
+                    self._bind_virtual(nodes)
+                    return
+                replies = []
+            self.virtual_nodes = False
+        if new:  # (a deployment's first node is screened with these: N is what most report)
+            replies += self._ask(grid, new, construct)
+        if replies:
+            anonymous += self._screen(replies)[1]
         if anonymous:  # once every node asked has reported: a client-id claims its slot first
             self._refuse(self._give_slots(sorted(anonymous), asked))
 
@@ -181,14 +201,16 @@ class Nodes:
             self._bound = frozenset(nodes)
             self.partition_of = {node: p for p, node in enumerate(sorted(nodes)[:self.num_slots])}
 
-    def _query(self, grid: Grid, nodes: list[int],
-               construct: Construct) -> tuple[bool, list[int]]:
-        """Ask `nodes` for their partition-id: (whether the replies say they are simulated, the
-        nodes with their own data and no client-id, which wait for a slot)."""
+    def _ask(self, grid: Grid, nodes: list[int], construct: Construct) -> list[Message]:
+        """Ask `nodes` for their partition-id (a QUERY message each): their replies."""
         self._queried.update(nodes)  # a node that does not answer is not asked again every round
         content = RecordDict({"config": ConfigRecord({"want": "partition-id"})})
-        replies = grid.send_and_receive(construct(content, nodes, MessageType.QUERY),
-                                        timeout=self.node_wait_timeout)
+        return list(grid.send_and_receive(construct(content, nodes, MessageType.QUERY),
+                                          timeout=self.node_wait_timeout))
+
+    def _screen(self, replies: list[Message]) -> tuple[bool, list[int]]:
+        """The nodes' reports, screened together: (whether the replies say they are simulated,
+        the nodes with their own data and no client-id, which wait for a slot)."""
         simulated, reports, anonymous, refused = False, {}, [], {}
         for msg in replies:
             if msg.has_error():
@@ -206,15 +228,15 @@ class Nodes:
                     continue
                 nparts = rec.get("num-partitions")
                 if rec.get("own-data") == 1 and nparts == 0:  # a client-id, N left to the server
-                    nparts = self.num_slots or len(set(self._connected) | set(nodes))
+                    nparts = self.num_slots or len(self._connected)
                 reports[node] = (rec.get("partition-id"), nparts)
                 simulated = simulated or rec.get("simulated") == 1
-        accepted, self.num_slots, screened = screen_node_reports(reports, self.num_slots)
-        if self.num_clients and screened:
-            screened = {n: why + f" (run config num-clients = {self.num_clients})"
-                        if why.startswith("num-partitions =") else why
-                        for n, why in screened.items()}
-        refused.update(screened)
+        decided = self.num_slots
+        accepted, self.num_slots, screened = screen_node_reports(
+            reports, self.num_slots, self.slots_from or "the federation's N")
+        if not decided and self.num_slots:
+            self.slots_from = "the number most nodes report"
+        refused.update({n: why + self._num_clients_fix(why) for n, why in screened.items()})
         claimed = False
         for node in sorted(accepted):
             why = self._claim(node, accepted[node])
@@ -224,6 +246,16 @@ class Nodes:
             claimed = claimed or not why
         self._refuse(refused)
         return simulated and claimed and self.num_slots > 0, anonymous
+
+    def _num_clients_fix(self, why: str) -> str:
+        """The fix for a node whose num-clients is not the federation's N."""
+        if not why.startswith("its num-clients = ") or ", but " not in why:
+            return ""
+        if self.num_clients:
+            return (f": start the node with --num-clients {self.num_slots}, or with its own data "
+                    "(--data-path) without --num-clients: it then takes the run config's")
+        return (f": start the node with --num-clients {self.num_slots}, or set num-clients in "
+                "the run config (nodes with their own data may then leave --num-clients out)")
 
     def _client_data_mismatch(self, report) -> str | None:
         """Why a node's report does not fit the run's client-data (None: it fits, or either is
@@ -252,7 +284,15 @@ class Nodes:
     def _refuse(self, refused: dict[int, str]) -> None:
         for node, why in refused.items():  # node_reports.check_node_report, a clash, client-data
             log(WARNING, "node %d: its report was refused (%s); it is not sampled", node, why)
-            self.refused.add(node)
+            self.refused[node] = why
+
+    def refusals(self, nodes: list[int]) -> str:
+        """Why `nodes` were refused, each reason once with how many nodes gave it (most first)."""
+        counts: dict[str, int] = {}
+        for node in nodes:
+            counts[self.refused[node]] = counts.get(self.refused[node], 0) + 1
+        return "; ".join(f"{n} node{'s' * (n > 1)}: {why}"
+                         for why, n in sorted(counts.items(), key=lambda item: -item[1]))
 
     def _give_slots(self, anonymous: list[int], asked: list[int]) -> dict[int, str]:
         """Free slots 0..N-1 to the nodes without a client id, by node id; returns the nodes
@@ -261,6 +301,7 @@ class Nodes:
         N cannot grow during a run)."""
         if not self.num_slots:
             self.num_slots = len(set(self._connected) | set(asked) | set(self.partition_of))
+            self.slots_from = "the federation's N, the nodes connected when first asked"
             log(INFO, "N = %d clients: the nodes connected now (no num-clients in the run "
                 "config); a node that joins later is refused once every slot is taken",
                 self.num_slots)
@@ -299,6 +340,12 @@ class Nodes:
             return sample_nodes(grid, self.min_available_nodes, size)[0]
         if self.identify_nodes:
             self.identify(grid, nodes, construct)
+            if nodes and not self.partition_of and all(n in self.refused for n in nodes):
+                raise NodesRefused(
+                    f"every connected node ({len(nodes)}) was refused when the server first "
+                    f"asked it, so no node can be sampled: {self.refusals(nodes)}. Fix the "
+                    "nodes' config (deploy/supernode.sh) or the run config as the reasons say, "
+                    "and submit the run again (docs/deployment.md#client-identity).")
             nodes = [n for n in nodes if n not in self.refused and n not in self.waiting]
             size = min(size, len(nodes))
         return self.rng.sample(self.ordered(nodes), size)

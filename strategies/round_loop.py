@@ -41,6 +41,12 @@ def safe_metrics(aggr_fn, contents: list[RecordDict], weight_key: str) -> Metric
         return MetricRecord()
 
 
+def _count(n: int, noun: str) -> str:
+    """'1 reply', '2 replies', '0 errors'."""
+    plural = noun[:-1] + "ies" if noun.endswith("y") else noun + "s"
+    return f"{n} {noun if n == 1 else plural}"
+
+
 class NothingLearned(RuntimeError):
     """The run stops: `max_skipped_rounds` rounds in a row aggregated no reply, or no round did
     (docs/results.md#runs-that-learn-nothing)."""
@@ -79,6 +85,9 @@ class MethodStrategy(RoundConfig, FedAvg):
         # rounds in a row without an update that stop the run (NothingLearned); 0 = never
         self.max_skipped_rounds = max_skipped_rounds
         self.last_skip = ""  # why the last skipped round was skipped
+        # what the skipped rounds since the last aggregated one left out (counts summed; the
+        # NothingLearned hint names the likely cause from them)
+        self.skipped_counts: dict[str, int] = {}
         self.max_update_norm = max_update_norm
         self.influence = (update_norm_ratio, num_examples_ratio)  # influence.limit_influence
         # The largest client partition the server computed (server_app, num-examples-check): no
@@ -213,9 +222,30 @@ class MethodStrategy(RoundConfig, FedAvg):
                 + self._skip_hint())
 
     def _skip_hint(self) -> str:
-        return ("The log says why each reply was left out: replies that are all non-finite or "
-                "dropped point to settings that make the local update diverge (lr, beta, "
-                "alpha, ...); errors and timeouts to the clients.")
+        """The likely cause, from what the skipped rounds left out: only replies dropped as
+        non-finite or too large point to the settings (lr, beta, alpha); errors, timeouts,
+        malformed replies and rounds that sampled no node point to the nodes."""
+        c = self.skipped_counts
+        diverged = c.get("dropped-non-finite", 0) + c.get("dropped-norm", 0)
+        causes = []
+        if diverged:
+            causes.append(f"{_count(diverged, 'reply')} non-finite or too large: settings "
+                          "that make the local update diverge (lr, beta, alpha, ...)")
+        if c.get("dropped", 0) > diverged:
+            causes.append(f"{_count(c['dropped'] - diverged, 'reply')} malformed or "
+                          "repeated (the clients' app or its version)")
+        if c.get("errors") or c.get("timeouts"):
+            causes.append(f"{_count(c.get('errors', 0), 'error')} and "
+                          f"{_count(c.get('timeouts', 0), 'timeout')}: the clients' own (each "
+                          "node's error is logged with it)")
+        if c.get("unsampled"):
+            causes.append(f"{_count(c['unsampled'], 'round')} sampled no node: the nodes "
+                          "were refused (each refusal is logged with its reason) or too few "
+                          "connected")
+        if not causes:
+            causes.append("too few good replies per round for min-train-clients, or the server "
+                          "rule skipped the round (the reason above)")
+        return "The log says why each reply was left out: " + "; ".join(causes) + "."
 
     def check_state(self, when: str) -> None:
         """Stop the run (ServerStateNotFinite) when theta or the rule's state holds NaN or Inf:
@@ -298,6 +328,8 @@ class MethodStrategy(RoundConfig, FedAvg):
             finally:
                 self.rule.prepared_mean = None
         if skip is not None:
+            for key, v in {**counts, "unsampled": int(not self._sent)}.items():
+                self.skipped_counts[key] = self.skipped_counts.get(key, 0) + v
             self.last_skip = (f"round {server_round}: {skip}; {counts['errors']} errors, "
                               f"{counts['timeouts']} timeouts, {counts['dropped']} dropped")
             log(WARNING, "round %d skipped (%s): the model and the server state are unchanged",
@@ -307,6 +339,7 @@ class MethodStrategy(RoundConfig, FedAvg):
                 self.round_metrics_fn(server_round, metrics)
             return None, metrics
         self._theta_record = arrays
+        self.skipped_counts = {}
         if self.client_state:
             self.client_state.accept(server_round, screened.good, self._sent)
         reported = screen_metrics(server_round, [(msg, n) for msg, _, n in screened.good],

@@ -216,8 +216,8 @@ def test_bad_node_reports_are_refused_and_the_run_goes_on(caplog):
                                 initial_arrays=ArrayRecord(random_state(1)), num_rounds=2)
     assert set(trained) == {2, 3} and len(trained) == 4
     text = caplog.text
-    assert "partition-id = 99 is outside [0, num-partitions = 4)" in text
-    assert "num-partitions = 30000000 is outside [1, 1000000]" in text
+    assert "its client-id = 99 is outside [0, num-clients = 4)" in text
+    assert "its num-clients = 30000000 is outside [1, 1000000]" in text
     theta = result.arrays.to_torch_state_dict()
     assert all(torch.isfinite(v).all() for v in theta.values())
 

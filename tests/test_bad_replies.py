@@ -162,6 +162,30 @@ def test_an_error_made_by_the_superlink_counts_once_for_its_node():
     assert metrics[1] == {**metrics[1], "replies": 2, "errors": 1, "timeouts": 0, "dropped": 0}
 
 
+@pytest.mark.parametrize("kinds, says, blames_settings", [
+    (("error", "error"), "4 errors and 0 timeouts: the clients' own", False),
+    (("error", "timeout"), "2 errors and 2 timeouts", False),
+    (("wrong-shape", "error"), "2 replies malformed or repeated", False),
+    (("nan", "huge-norm"), "4 replies non-finite or too large", True),
+])
+def test_the_nothing_learned_hint_blames_the_settings_only_for_diverged_replies(
+        kinds, says, blames_settings):
+    """Each node fails as `kinds` says in rounds 1, 3 and 4; round 2 aggregates, and the run
+    stops after round 4 (max-skipped-rounds = 2): the hint counts what rounds 3-4 left out (2
+    nodes x 2 rounds; round 1's were before an update), and names lr / beta / alpha only where
+    replies were non-finite or too large."""
+    from strategies.round_loop import NothingLearned
+
+    def handler(i, msg):
+        return handler_with(i, kinds[i], rounds_bad=(1, 3, 4))(i, msg)
+
+    with pytest.raises(NothingLearned, match=r"2 rounds in a row \(3-4\)") as err:
+        run_strategy(2, handler, rounds=5, max_skipped_rounds=2)
+    text = str(err.value)
+    assert says in text, text
+    assert ("(lr, beta, alpha, ...)" in text) == blames_settings, text
+
+
 def test_check_update_names_the_tensor_and_the_norm():
     phi = random_state(1)
     with pytest.raises(BadUpdate, match=r"'fc.weight' has shape \(6, 5\), expected \(5, 6\)"):

@@ -3,9 +3,12 @@ silently ignored, one port per role with docker/'s compose demo, usage lines who
 work. Flower's and nginx's commands are stand-ins here that print what they were given
 (tests/test_deployment.py runs the real ones)."""
 
+import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -294,3 +297,108 @@ def test_superlink_on_a_taken_port_names_it_and_the_fix(stubs):
         assert run.returncode == 2 and run.stdout == "", run.stdout
         assert f"--port {port}: something listens on" in run.stderr, run.stderr
         assert "give --port another port" in run.stderr
+
+
+# --- the teardown: what the steps made is removed, and nothing else ------------------------
+def test_remove_connection_takes_out_exactly_the_block_add_connection_added(stubs, tmp_path):
+    """add-connection.sh lab, then another connection after it; remove-connection.sh lab
+    leaves the file as if only the other had been added (its own text compared, byte for
+    byte); on a home without a config, add + remove leaves the file add-connection made."""
+    env, creds = stubs
+    ca = str(creds / "ca.crt")
+    for home in ("with-lab", "without"):
+        flwr = tmp_path / home / ".flwr"
+        flwr.mkdir(parents=True)
+        (flwr / "config.toml").write_text('[superlink]\ndefault = "local"\n\n[superlink.local]\n'
+                                          'address = ":local:"\n\n[superlink.other]\n'
+                                          'address = "10.0.0.1:9093"\n')
+    run = {h: {**env, "HOME": str(tmp_path / h)} for h in ("with-lab", "without", "fresh")}
+
+    def sh(name, *args, home):
+        out = subprocess.run(["sh", str(DEPLOY / name), *args], env=run[home],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        return out
+
+    sh("add-connection.sh", "lab", "127.0.0.1:9093", ca, home="with-lab")
+    for home in ("with-lab", "without"):
+        sh("add-connection.sh", "after", "127.0.0.1:9095", ca, home=home)
+    out = sh("remove-connection.sh", "lab", home="with-lab")
+    assert "removed [superlink.lab]" in out.stdout
+    config = tmp_path / "with-lab" / ".flwr" / "config.toml"
+    assert config.read_text() == (tmp_path / "without" / ".flwr" / "config.toml").read_text()
+    (tmp_path / "fresh").mkdir()
+    sh("add-connection.sh", "lab", "127.0.0.1:9093", ca, home="fresh")
+    sh("remove-connection.sh", "lab", home="fresh")
+    assert (tmp_path / "fresh" / ".flwr" / "config.toml").read_text() == (
+        '[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = ":local:"\n')
+
+
+@pytest.mark.parametrize("args, code, says", [
+    (["lab"], 1, "has no connection 'lab'"),
+    (["local"], 1, "'local' is the default connection"),
+    (["a]b"], 2, "letters, digits, - and _ only"),
+    ([], 2, "NAME"),
+])
+def test_remove_connection_refuses_what_it_cannot_remove_naming_why(args, code, says, stubs,
+                                                                    tmp_path):
+    env, _ = stubs
+    flwr = tmp_path / ".flwr"
+    flwr.mkdir()
+    text = '[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = ":local:"\n'
+    (flwr / "config.toml").write_text(text)
+    out = subprocess.run(["sh", str(DEPLOY / "remove-connection.sh"), *args], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == code and says in out.stderr, out.stderr
+    assert (flwr / "config.toml").read_text() == text
+
+
+def proxy_folder(output: str) -> Path:
+    return Path(re.search(r"config (\S+)/nginx\.conf", output).group(1))
+
+
+def test_the_fleet_proxy_removes_the_folder_it_made_when_nginx_stops(stubs, tmp_path):
+    """Its own temp folder (under TMPDIR) is gone once nginx ends; a --run-dir is left."""
+    env, creds = stubs
+    out = script("fleet-proxy.sh", "--credentials", str(creds), env=env)
+    assert out.returncode == 0, out.stderr
+    made = proxy_folder(out.stdout)
+    assert made.parent == tmp_path and made.name.startswith("fleet-proxy.")
+    assert out.stdout.splitlines()[2] == f"{made}/nginx.conf"  # nginx was given it
+    assert not made.exists()
+    kept = tmp_path / "kept"
+    out = script("fleet-proxy.sh", "--credentials", str(creds), "--run-dir", str(kept), env=env)
+    assert out.returncode == 0 and (kept / "nginx.conf").is_file()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_the_fleet_proxy_passes_a_signal_to_nginx_then_removes_its_folder(sig, stubs, tmp_path):
+    """A signal to the script alone (no process group) reaches nginx, and the folder goes."""
+    env, creds = stubs
+    started = tmp_path / "nginx-started"
+    nginx = Path(env["PATH"].split(":")[0]) / "nginx"  # runs until a signal ends it
+    nginx.write_text(f"#!/bin/sh\ntrap 'exit 0' TERM\necho \"$$\" > {started}\n"
+                     "while :; do sleep 1; done\n")
+    proc = subprocess.Popen(["bash", str(DEPLOY / "fleet-proxy.sh"), "--credentials",
+                             str(creds)], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        folder = proxy_folder(proc.stdout.readline())
+        deadline = time.monotonic() + 60
+        while not (started.exists() and started.read_text().strip()):
+            assert time.monotonic() < deadline and proc.poll() is None, "nginx did not start"
+            time.sleep(0.05)
+        nginx_pid = int(started.read_text())
+        assert folder.is_dir()
+        proc.send_signal(sig)
+        assert proc.wait(60) == 0
+        assert not folder.exists()
+        assert not Path(f"/proc/{nginx_pid}").exists()  # ended, and reaped by the script
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if started.exists() and started.read_text().strip():
+            try:
+                os.kill(int(started.read_text()), signal.SIGKILL)
+            except ProcessLookupError:
+                pass

@@ -1,5 +1,6 @@
 """The documentation's own commands, run as written, so that the docs cannot drift from the
-scripts: docs/deployment.md's two-machine example (own data) and teardown on one machine, and
+scripts: docs/deployment.md's two-machine example (own data) and teardown on one machine (which
+must remove what the steps made, and keep the results), and
 the README's Run section; both with another user's SuperLink on the port a plain `flwr run .`
 would use (tests/other_user.py), which they must neither reach nor stop.
 
@@ -80,6 +81,23 @@ def test_the_bash_blocks_are_read_as_a_shell_reads_them():
     assert bash_commands(text) == ["a --x 1 --y 2", "b", "c", "d && e"]
 
 
+def test_the_teardown_removes_the_connection_and_the_app_the_steps_made():
+    """Without running them (the slow test below does): the teardown's commands remove the
+    connection that step 6 adds, by its name, and Flower's unpacked copy of this app, named
+    as Flower names it (<publisher>.<app name>.<version>.<hash>, from pyproject.toml)."""
+    import tomllib
+
+    text = (ROOT / "docs" / "deployment.md").read_text()
+    steps = bash_commands(section(text, "### Example: two machines", "### Teardown"))
+    teardown = bash_commands(section(text, "### Teardown", "### Deployment cost"))
+    added = [c.split()[1] for c in steps if c.startswith("deploy/add-connection.sh ")]
+    assert added and [f"deploy/remove-connection.sh {name}" for name in added] == [
+        c for c in teardown if c.startswith("deploy/remove-connection.sh")]
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    app = f"{project['tool']['flwr']['app']['publisher']}.{project['project']['name']}."
+    assert f'rm -rf "${{FLWR_HOME:-$HOME/.flwr}}"/apps/{app}*' in teardown, teardown
+
+
 @pytest.mark.slow
 @pytest.mark.long
 def test_the_deployment_example_runs_as_written_on_own_data(tmp_path):
@@ -103,9 +121,10 @@ def test_the_deployment_example_runs_as_written_on_own_data(tmp_path):
                 if command.startswith(LEFT_RUNNING):
                     if command.startswith("deploy/supernode.sh"):
                         command += f" --runtime-port {free_port()}"
-                    background.start(f"{n}-{command.split()[0].split('/')[-1]}",
-                                     ["bash", "-c", command], env, cwd=ROOT)
+                    name = f"{n}-{command.split()[0].split('/')[-1]}"
+                    background.start(name, ["bash", "-c", command], env, cwd=ROOT)
                     if command.startswith("deploy/fleet-proxy.sh"):
+                        proxy_log = name
                         ca = home / "fedacg-credentials" / "ca.crt"
                         wait_until(lambda: healthy(proxy, ca), 120, "the fleet proxy",
                                    background)
@@ -115,15 +134,23 @@ def test_the_deployment_example_runs_as_written_on_own_data(tmp_path):
                         '"online"') == 2, 180, "both SuperNodes online", background)
                 if command.startswith("flwr run"):
                     run_and_check_the_cache(command, env, home, background)
+                    proxy_dir = re.search(r"config (\S+)/nginx\.conf",
+                                          background.log(proxy_log)).group(1)
+                    assert Path(proxy_dir, "nginx.conf").is_file()
                     background.stop(signal.SIGINT)  # the teardown: Ctrl-C, nodes first
                     continue
                 sh(command, env)
         finally:
             background.stop(signal.SIGINT)
         assert theirs.poll() is None and requests.read_text() == ""
-    # the teardown's commands removed the nodes' copies of their data and the demo folders
+    # the teardown removed what the steps made: the nodes' copies of their data, the demo
+    # folders, Flower's unpacked app, the connection, the credentials, the proxy's folder
     assert not (home / ".cache" / "fedacg-gc" / "partitions").exists()
     assert not (home / "fedacg-demo").exists()
+    assert not list((home / ".flwr" / "apps").glob("*"))
+    assert "[superlink.lab]" not in (home / ".flwr" / "config.toml").read_text()
+    assert not (home / "fedacg-credentials").exists() and not Path(proxy_dir).exists()
+    assert (home / "fedacg-gc-runs").is_dir()  # the results are kept
 
 
 def run_and_check_the_cache(command: str, env: dict, home: Path, background: Background):
@@ -154,6 +181,9 @@ def run_and_check_the_cache(command: str, env: dict, home: Path, background: Bac
     assert after_round_1 is not None and len(after_round_1) == 2, after_round_1
     assert {p.name: (p.stat().st_ino, p.stat().st_mtime_ns)
             for p in cache.glob("own-*.pt")} == after_round_1
+    # what the teardown must remove: the app as Flower unpacked it for the runs
+    assert [p.name.split(".")[:2] for p in (home / ".flwr" / "apps").iterdir()] == [
+        ["fedacg-gc", "fedacg-gc"]]
 
 
 @pytest.mark.slow

@@ -188,6 +188,68 @@ def test_a_node_whose_data_does_not_fit_client_data_is_refused_when_first_asked(
     assert not refused
 
 
+def test_a_run_whose_connected_nodes_are_all_refused_stops_at_once_counting_the_reasons():
+    """No node can be sampled: the server says so when it first asks, each reason once with
+    how many nodes gave it, instead of skipping every round."""
+    from strategies.nodes import NodesRefused
+
+    own = {"own-data": 1}  # data-path, in a run on partitions
+    out_of_range = {"own-data": 0, "partition-id": 5, "num-partitions": 2}
+    grid = reporting_grid([own, out_of_range, own])
+    with pytest.raises(NodesRefused) as err:
+        identified(grid, "partitions")
+    text = str(err.value)
+    assert text.startswith("every connected node (3) was refused"), text
+    assert "2 nodes: the node has its own data (node config data-path)" in text
+    assert "1 node: its client-id = 5 is outside [0, num-clients = 2)" in text
+
+
+@pytest.mark.parametrize("num_clients, refused_nodes, says", [
+    (3, {0, 1}, "its num-clients = 2, but the run config's num-clients is 3: start the node "
+                "with --num-clients 3, or with its own data (--data-path) without "
+                "--num-clients: it then takes the run config's"),
+    (0, {2}, "its num-clients = 3, but the number most nodes report is 2: start the node with "
+             "--num-clients 2, or set num-clients in the run config"),
+])
+def test_a_node_whose_num_clients_differs_is_told_where_the_federations_n_came_from(
+        num_clients, refused_nodes, says, caplog):
+    """The docs' two nodes (--num-clients 2) and a third started with --num-clients 3: with
+    num-clients = 3 in the run config the two are refused, naming the run config's key;
+    without it N is what most nodes report, and the third is refused, saying so."""
+    from strategies import Nodes
+
+    grid = reporting_grid([{"own-data": 1, "partition-id": i, "num-partitions": n}
+                           for i, n in enumerate([2, 2, 3])])
+    nodes = Nodes(identify_nodes=True, min_available_nodes=1, client_data="own",
+                  num_clients=num_clients)
+    _, _, refused = identified(grid, nodes=nodes)
+    assert refused == refused_nodes
+    assert all(f"node {grid.node_ids[i]}: its report was refused ({says}" in caplog.text
+               for i in refused_nodes), caplog.text
+    assert "num-partitions" not in caplog.text and "other nodes say" not in caplog.text
+
+
+def test_the_first_deployment_node_asked_does_not_set_n_alone():
+    """The first node is asked alone (is it simulated?); a deployment node's report is then
+    screened with the others', so N is what most nodes report, not what the first says."""
+    grid = reporting_grid([{"own-data": 1, "partition-id": pid, "num-partitions": n}
+                           for pid, n in ((4, 5), (0, 2), (1, 2))])
+    nodes, slots, refused = identified(grid)
+    assert nodes.num_slots == 2 and refused == {0} and slots == {1: 0, 2: 1}
+    assert [len(q) for q in grid.queries] == [1, 2]  # the first alone, then the others
+
+
+def test_refused_nodes_do_not_stop_a_run_whose_accepted_node_left():
+    """A node that was accepted keeps its slot when it leaves: a refused node left alone
+    connected does not stop the run (the accepted one may come back)."""
+    fits = {"own-data": 0, "partition-id": 0, "num-partitions": 2}
+    grid = reporting_grid([fits, {"own-data": 1}])
+    nodes, slots, refused = identified(grid, "partitions")
+    assert slots == {0: 0} and refused == {1}
+    grid.node_ids.remove(grid.node_ids[0])  # the accepted node left
+    assert nodes.sample(grid, 1.0, 1, lambda content, ids, kind: []) == []
+
+
 @pytest.mark.parametrize("node_config, expected", [
     ({"client-id": 2, "num-clients": 4}, (2, 4)),
     ({"partition-id": 2, "num-partitions": 4}, (2, 4)),  # deploy/supernode.sh's older names

@@ -141,7 +141,8 @@ def duplicates_in_digits() -> int:
 # --- the apps on own data ------------------------------------------------------------------------
 def run_on_own_data(tmp_path, folders, method, ids=True, **overrides):
     """The real ServerApp and one real ClientApp per folder (node config data-path and, with
-    `ids`, client-id and num-clients), in this process. Returns results.json."""
+    `ids`, client-id and num-clients; `ids = "client-id"`: client-id alone), in this process.
+    Returns results.json."""
     import server_app.app as server
     from client_app.app import evaluate, query, train
     from inprocess import InProcessGrid
@@ -153,7 +154,8 @@ def run_on_own_data(tmp_path, folders, method, ids=True, **overrides):
           **overrides}
     contexts = [Context(run_id=1, node_id=i, state=RecordDict(), run_config=dict(rc),
                         node_config={"data-path": str(f), **({"client-id": i,
-                                     "num-clients": len(folders)} if ids else {})})
+                                     "num-clients": len(folders)} if ids is True else {}),
+                                     **({"client-id": i} if ids == "client-id" else {})})
                 for i, f in enumerate(folders)]
     functions = {"train": train, "evaluate": evaluate, "query": query}
     grid = InProcessGrid(len(folders), lambda i, msg: functions[msg.metadata.message_type](
@@ -175,6 +177,19 @@ def test_own_data_nodes_each_train_on_their_folder_and_the_model_learns(tmp_path
     assert rounds[-1]["test-acc"] > 0.6, rounds[-1]  # 10 classes: chance is 0.1
 
 
+def test_own_data_nodes_without_num_clients_take_the_run_configs(tmp_path):
+    """docs/deployment.md#adding-a-node: nodes started with --client-id alone; the run config's
+    num-clients is N: three such nodes (a third added to the docs' two) all train, SCAFFOLD
+    (which uses N) included."""
+    from feddata.__main__ import demo_folders
+
+    folders = demo_folders(str(tmp_path / "data"), 3)
+    results = run_on_own_data(tmp_path, folders, "scaffold", ids="client-id",
+                              **{"num-clients": 3, "num-server-rounds": 2})
+    assert results["status"] == "complete"
+    assert [r["train-replies"] for r in results["rounds"][1:]] == [3, 3]
+
+
 def test_own_data_a_node_with_a_bad_folder_fails_named_and_the_run_completes(tmp_path, caplog):
     from feddata.__main__ import demo_folders
 
@@ -191,19 +206,25 @@ def test_own_data_a_node_with_a_bad_folder_fails_named_and_the_run_completes(tmp
 def test_own_data_nodes_in_a_run_on_partitions_are_refused_at_their_first_message(
         tmp_path, caplog):
     """Nodes with data-path in a run whose client-data is not 'own': the server refuses each
-    when it first asks it (the QUERY), naming both settings; no node trains, the run fails."""
+    when it first asks it (the QUERY), naming both settings; no node can be sampled, so the run
+    fails at once, in round 1, with the refusals counted (not after every round, blaming lr)."""
     from feddata.__main__ import demo_folders
+    from strategies.nodes import NodesRefused
 
     folders = demo_folders(str(tmp_path / "data"), 2)
-    with pytest.raises(Exception, match="no round of 1-2 aggregated"):
+    with pytest.raises(NodesRefused, match=r"every connected node \(2\) was refused .*: 2 nodes: "
+                       r"the node has its own data \(node config data-path\) and the run config "
+                       r"has client-data = 'partitions'"):
         run_on_own_data(tmp_path, folders, "fedacg", **{"num-server-rounds": 2,
                                                        "client-data": "partitions"})
     refused = [line for line in caplog.text.splitlines() if "its report was refused" in line]
     assert len(refused) == 2, caplog.text[-3000:]
     assert all("node config data-path" in line and "client-data = 'partitions'" in line
                for line in refused)
-    rounds = [line for line in caplog.text.splitlines() if "/2] test-acc" in line][1:]
-    assert len(rounds) == 2 and all("clients 0/0" in line for line in rounds), rounds
+    assert "[round 1/2]" not in caplog.text and "lr, beta" not in caplog.text
+    results = json.loads((tmp_path / "runs" / "r" / "results.json").read_text())
+    assert results["status"] == "failed" and "2 nodes: " in results["error"]
+    assert [r["round"] for r in results["rounds"]] == [0]
 
 
 def test_own_data_client_refuses_feddc_which_needs_every_clients_size(tmp_path):

@@ -329,12 +329,14 @@ def test_node_reports_are_screened():
     reports = {1: (0, 3), 2: (1, 3), 3: (2, 4), 4: (5, 3), 5: (True, 3), 6: (0, 0)}
     accepted, slots, refused = screen_node_reports(reports)
     assert (accepted, slots, sorted(refused)) == ({1: 0, 2: 1}, 3, [3, 4, 5, 6])
-    assert refused[3] == "num-partitions = 4, the other nodes say 3"
-    assert refused[4] == "partition-id = 5 is outside [0, num-partitions = 3)"
-    assert refused[5] == "partition-id = True is not an integer"
-    assert refused[6] == "num-partitions = 0 is outside [1, 1000000]"
-    accepted, slots, refused = screen_node_reports(reports, num_slots=4)
+    assert refused[3] == "its num-clients = 4, but the number most nodes report is 3"
+    assert refused[4] == "its client-id = 5 is outside [0, num-clients = 3)"
+    assert refused[5] == "its client-id = True is not an integer"
+    assert refused[6] == "its num-clients = 0 is outside [1, 1000000]"
+    accepted, slots, refused = screen_node_reports(reports, num_slots=4,
+                                                   slots_from="the run config's num-clients")
     assert (accepted, slots, sorted(refused)) == ({3: 2}, 4, [1, 2, 4, 5, 6])
+    assert refused[1] == "its num-clients = 3, but the run config's num-clients is 4"
 
 
 def test_bulyan_needs_four_f_plus_three_updates():
