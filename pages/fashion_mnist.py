@@ -30,8 +30,9 @@ def paper_cell(row: list | None) -> str:
     return f"{row[0]:.2f}" + (" (Failed)" if row[1] is None else f" ± {row[1]:.2f}")
 
 
-def block(out_dir: Path | None, note: str = "") -> str:
-    """The page's measured block from the sweep's finished cells (it (re)writes their table)."""
+def block(out_dir: Path | None, note: str = "", docs: Path = ROOT / "docs") -> str:
+    """The page's measured block from the sweep's finished cells (it (re)writes their table);
+    the plots are copied into `docs`."""
     from experiments.sweep import is_done, load_sweep, slug, write_report
     from reporting.table import header, markdown, table_rows
     from run_config import load_setup
@@ -52,8 +53,7 @@ def block(out_dir: Path | None, note: str = "") -> str:
         head = header(report.acc_at_rounds, report.target_accs) + ["GC-Fed's EMNIST (%)"]
         stem = slug(setting)
         for kind in ("ema", "acc"):
-            shutil.copy(sweep.dir / f"{kind}-{stem}.png",
-                        ROOT / "docs" / f"fashion-mnist-{kind}-{stem}.png")
+            shutil.copy(sweep.dir / f"{kind}-{stem}.png", docs / f"fashion-mnist-{kind}-{stem}.png")
         parts.append(f"### {setting}: {setup_of[setting]['description']}\n\n"
                      f"{markdown(head, rows)}\n\n"
                      f"![EMA test accuracy per round, {setting}](fashion-mnist-ema-{stem}.png)\n"

@@ -278,3 +278,36 @@ def load_setup_rows(name: str) -> dict:
     from run_config import load_setup
 
     return load_setup(name)["reported"]["rows"]
+
+
+def test_the_results_page_puts_the_papers_emnist_column_beside_each_row(tmp_path):
+    """pages.fashion_mnist: the sweep's finished cells (two made here, one per set-up) become
+    the page's table, each row with GC-Fed's reported EMNIST number for that method (the
+    set-up's `reported` row of its method name), the plots copied, the count of finished cells."""
+    import json
+
+    from experiments.sweep import load_sweep
+    from pages.fashion_mnist import SWEEP_FILE, block
+
+    sweep = load_sweep(SWEEP_FILE, out_dir=tmp_path / "out")
+    chosen = [c for c in sweep.cells if c.seed == 0 and (
+        (c.setting, c.method) in {("5of200-lda0.05", "FedAvg"), ("5of100-lda0.1", "FedCM")})]
+    for cell, acc in zip(chosen, (0.7, 0.5)):
+        cell.run_dir.mkdir(parents=True)
+        rows = [{"round": 0, "test-acc": 0.1}] + [
+            {"round": r, "test-acc": acc, "ema-acc": acc, "seconds": 1.0} for r in range(1, 201)]
+        (cell.run_dir / "results.json").write_text(json.dumps({
+            "config": cell.run_config | {"num-server-rounds": 200}, "status": "complete",
+            "summary": {"complete": True, "wall-seconds": 1800.0}, "rounds": rows}))
+        (cell.run_dir / "sweep-cell.json").write_text(json.dumps(cell.description()))
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    text = block(tmp_path / "out", docs=docs)
+    lines = [line for line in text.splitlines() if line.startswith("| Fed")]
+    assert lines == [
+        "| FedAvg | 70.00 | 70.00 | 70.00 | 1 | 1 | 0 | 1 | 59.45 ± 3.72 |",
+        "| FedCM | 50.00 | 50.00 | 50.00 | 200+ | 200+ | 0 | 1 | - |"]
+    assert "2 of its 114 cells had finished" in text and "ran 1.0 hours in all" in text
+    assert sorted(p.name for p in docs.iterdir()) == [
+        f"fashion-mnist-{k}-{s}.png" for k in ("acc", "ema")
+        for s in ("5of100-lda0.1", "5of200-lda0.05")]
