@@ -23,6 +23,25 @@ ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "0123456789abcdef" * 2
 
 
+@pytest.fixture
+def stops_what_it_started(tmp_path):
+    """After the test: any process whose FLWR_HOME lies under tmp_path (a SuperLink that a start
+    meant to be refused started all the same, with the rule broken) is stopped by its PID."""
+    yield
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if f"FLWR_HOME={tmp_path}".encode() in environ:
+            try:
+                os.kill(int(entry.name), signal.SIGKILL)
+            except OSError:
+                pass
+
+
 def cli(*args, env=None):
     return subprocess.run([sys.executable, "-m", "experiments.superlink", *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=180,
@@ -338,7 +357,8 @@ def test_the_port_variable_is_a_whole_number_in_range(value):
 
 
 @pytest.mark.parametrize("value", ["0", "65536", "²", "1.5", "12 34"])
-def test_start_and_status_refuse_a_port_variable_that_is_no_port(tmp_path, value):
+def test_start_and_status_refuse_a_port_variable_that_is_no_port(tmp_path, value,
+                                                                 stops_what_it_started):
     env = {"FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": value}
     out = cli("start", "--dir", str(tmp_path / "s"), env=env)
     assert out.returncode == 2 and out.stdout == "false\n" and "Traceback" not in out.stderr
@@ -360,7 +380,7 @@ def test_start_and_status_refuse_a_port_variable_that_is_no_port(tmp_path, value
 ])
 @pytest.mark.parametrize("command", ["start", "stop", "status"])
 def test_a_dir_that_is_no_private_folder_is_refused_with_its_fix(tmp_path, make, says,
-                                                                  command):
+                                                                  command, stops_what_it_started):
     if make == "other-user" and os.geteuid() != 0:
         pytest.skip("makes a folder another user's with chown (root only)")
     folder = {"proc": Path("/proc/fedacg-superlink"), "proc-self": Path("/proc/self"),
