@@ -70,12 +70,12 @@ def one_copy(extra: dict | None = None) -> int:
     or the one `extra` names."""
     from flwr.app import ArrayRecord
 
-    from feddata import spec_of
+    from feddata import DataSettings, spec_of
     from models import build_model
     from run_config import resolve
 
     cfg = resolve({"dataset": "digits", **(extra or {})})
-    spec = spec_of(cfg)
+    spec = spec_of(DataSettings.from_config(cfg))
     model = build_model(cfg["model"], spec.in_shape, spec.num_classes, cfg["gn-groups"])
     return ArrayRecord(model.state_dict()).count_bytes()
 

@@ -29,11 +29,12 @@ LOAD = """
 import sys, time
 from pathlib import Path
 from feddata.__main__ import DEMO_CUSTOM
+from feddata import DataSettings
 from feddata.disk_cache import load_prepared_own_data
 from run_config import resolve
 cfg = resolve({**DEMO_CUSTOM, "test-data": "none", "fraction-evaluate": 0.5})
 t = time.perf_counter()
-part = load_prepared_own_data(cfg, sys.argv[1], Path(sys.argv[2]))
+part = load_prepared_own_data(DataSettings.from_config(cfg), sys.argv[1], Path(sys.argv[2]))
 print(time.perf_counter() - t, len(part.train_y) + len(part.val_y))
 """
 

@@ -22,6 +22,7 @@ from flwr.clientapp import ClientApp
 from feddata.augment import TrainTransform
 from feddata.disk_cache import cache_dir, load_prepared_own_data, load_prepared_partition
 from feddata.padding import pad_to_full_batches
+from feddata.settings import DataSettings
 from feddata.specs import spec_of
 from models import build_model
 from models.evaluation import evaluate as evaluate_model
@@ -123,17 +124,18 @@ def on_device(data, device: torch.device) -> tuple[torch.Tensor, ...]:
 def setup(msg: Message, context: Context):
     """Resolved config, (client id, N), this node's data, and the model holding the broadcast
     weights."""
-    cfg = settings(context.run_config).cfg
+    client = settings(context.run_config)
+    cfg = client.cfg
     pid, nparts = data_partition_of(msg, context)
     path = own_data_path(context)
     mismatch = node_data_mismatch(path is not None, cfg["client-data"])
     if mismatch:
         raise ValueError(mismatch)
     if path is not None:  # the node's own folder, whole (no partitioner), decoded once
-        data = load_prepared_own_data(cfg, path, cache_dir(context.node_config),
+        data = load_prepared_own_data(client.data, path, cache_dir(context.node_config),
                                       follow_links=follow_links(context))
     else:
-        data = load_prepared_partition(cfg, pid, nparts, cache_dir(context.node_config))
+        data = load_prepared_partition(client.data, pid, nparts, cache_dir(context.node_config))
     device = pick_device(cfg["device"])
     model = _model(cfg["model"], data.in_shape, data.num_classes, cfg["gn-groups"], str(device))
     state = state_view(msg.content["arrays"])  # views of the message bytes: copied once, below
@@ -165,7 +167,7 @@ def train(msg: Message, context: Context) -> Message:
     gen = torch.Generator().manual_seed((cfg["seed"] * 1_000_003 + server_round) * 100_003 + pid)
     # Training batches are augmented (cfg: augment, augment-padding, augment-rotation) and
     # normalized on the training device; evaluation data is normalized when loaded.
-    transform = TrainTransform(spec_of(cfg), cfg["augment"],
+    transform = TrainTransform(spec_of(client.data), cfg["augment"],
                                cfg["augment-padding"], cfg["augment-rotation"])
     t = time.perf_counter()
     train_x, train_y, _, _ = on_device(data, device)
@@ -177,7 +179,8 @@ def train(msg: Message, context: Context) -> Message:
     ctx = LocalContext(down=down, state=context.state, server_round=server_round,
                        partition_id=pid, train_y=train_y, num_classes=data.num_classes,
                        num_partitions=num_partitions, store=store,
-                       partition_sizes=partition_sizes(cfg, client.parts, num_partitions))
+                       partition_sizes=partition_sizes(client.data, client.parts,
+                                                       num_partitions))
     codec, parts = method_parts(cfg, client.parts)  # e.g. FedPAQ's quantization, first
     # torch's own generator (dropout: vgg11-gcfed) seeded per seed, round and partition too,
     # inside a fork so that nothing outside the local update sees it
@@ -198,7 +201,8 @@ def train(msg: Message, context: Context) -> Message:
     return Message(content=content, reply_to=msg)
 
 
-def partition_sizes(cfg: dict, parts: tuple, num_partitions: int) -> tuple[int, ...] | None:
+def partition_sizes(data: DataSettings, parts: tuple, num_partitions: int
+                    ) -> tuple[int, ...] | None:
     """The training examples of every partition, for the parts that weigh clients by them
     (FedDC's om_i and K; a node with its own data is refused those methods above); None where
     no part needs them."""
@@ -206,7 +210,7 @@ def partition_sizes(cfg: dict, parts: tuple, num_partitions: int) -> tuple[int, 
         return None
     from feddata.summary import training_sizes
 
-    return training_sizes(cfg, num_partitions)
+    return training_sizes(data, num_partitions)
 
 
 @app.evaluate()

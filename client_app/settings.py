@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 import methods
+from feddata.settings import DataSettings
 from methods.registry import parse_objective
 from models.centralization import borderline_index
 from run_config import resolve
@@ -46,6 +47,7 @@ def _node_value(node: Mapping[str, Any], names: tuple[str, str]) -> int | None:
 class ClientSettings:
     cfg: dict[str, Any]  # the resolved run config
     parts: tuple  # the method's client parts (methods.ClientPart instances), in config order
+    data: DataSettings  # the data keys, as the data package takes them
 
     def local_config(self, model: nn.Module, lr: float) -> LocalConfig:
         return local_config(self.cfg, model, lr)
@@ -103,7 +105,7 @@ def method_parts(cfg: dict[str, Any], parts: tuple | None = None) -> tuple[Any, 
 @functools.lru_cache(maxsize=8)
 def _settings(frozen: tuple) -> ClientSettings:
     cfg = resolve(dict(frozen))
-    return ClientSettings(cfg, client_parts(cfg))
+    return ClientSettings(cfg, client_parts(cfg), DataSettings.from_config(cfg))
 
 
 def settings(run_config: Mapping[str, Any]) -> ClientSettings:

@@ -13,7 +13,8 @@ PARTITIONERS = ("iid", "dirichlet-balanced", "lda", "natural", "shards")
 
 _EXPORTS = {
     "AUGMENTATIONS": "augment", "TrainTransform": "augment",
-    "DATA_KEYS": "loading", "ClientData": "loading", "load_client_data": "loading",
+    "DATA_KEYS": "settings", "DataSettings": "settings", "SplitSettings": "settings",
+    "ClientData": "loading", "load_client_data": "loading",
     "load_partition": "loading", "load_test_data": "loading", "load_test_split": "loading",
     "spec_of": "specs",
     "DATASETS": "specs", "DATASET_BY_NAME": "specs", "DatasetSpec": "specs",

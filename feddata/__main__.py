@@ -63,13 +63,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"run config: {demo_run_config(args.out, args.images)}")
         return 0
     from .own_data import OwnDataError, own_data_partition
+    from .settings import DataSettings
     from .specs import DataSettingError
 
-    cfg = {"dataset": args.dataset, "custom-classes": args.classes, "custom-shape": args.shape,
-           "custom-mean": "", "custom-std": "", "client-val-fraction": args.client_val_fraction,
-           "seed": 0}  # (the held-out share's size does not depend on the seed)
+    settings = DataSettings(  # (the held-out share's size does not depend on the seed: 0)
+        dataset=args.dataset, custom_classes=args.classes, custom_shape=args.shape,
+        custom_mean="", custom_std="", client_val_fraction=args.client_val_fraction, seed=0)
     try:
-        data, part = own_data_partition(cfg, args.data_path, follow_links=args.follow_links)
+        data, part = own_data_partition(settings, args.data_path,
+                                        follow_links=args.follow_links)
     except DataSettingError as err:
         print(f"error: {str(err).replace('run config ', '')} (here: {OPTIONS})", file=sys.stderr)
         return 2

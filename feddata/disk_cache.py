@@ -61,11 +61,13 @@ from fileio.folders import private_folder
 from fileio.reading import open_regular
 
 from .partition import PreparedPartition
+from .settings import DataSettings
 from .specs import DatasetSpec, spec_of
 
 FORMAT = 1  # bump when the file layout changes
 # The run-config keys of the schema's data group, in its order, and the seed (tests hold them
-# equal): the data package takes their values from the caller's config and imports no run config.
+# equal, and equal to DataSettings' fields): the data package takes their values as the
+# caller's DataSettings and imports no run config.
 CACHE_KEY_NAMES: tuple[str, ...] = (
     "dataset", "dataset-path", "client-data", "test-data", "num-clients", "custom-classes",
     "custom-shape", "custom-mean", "custom-std", "partitioner", "dirichlet-alpha", "lda-alpha",
@@ -113,11 +115,19 @@ def _code_hash() -> str:
     return h.hexdigest()
 
 
-def cache_key(cfg: Mapping[str, Any], partition_id: int, num_partitions: int) -> dict[str, Any]:
+def _config(settings: DataSettings, names: tuple[str, ...]) -> dict[str, Any]:
+    """{run-config key: value} of `names` (the key names a file's settings as the run config
+    does)."""
+    config = settings.as_config()
+    return {k: config[k] for k in names}
+
+
+def cache_key(settings: DataSettings, partition_id: int, num_partitions: int
+              ) -> dict[str, Any]:
     """Everything that determines a client's prepared partition."""
     return {
         "format": FORMAT,
-        "config": {k: cfg[k] for k in CACHE_KEY_NAMES},
+        "config": _config(settings, CACHE_KEY_NAMES),
         "partition-id": int(partition_id),
         "num-partitions": int(num_partitions),
         "libraries": dict(_versions()),
@@ -131,11 +141,12 @@ def cache_file(folder: Path, key: dict[str, Any]) -> Path:
     return folder / name
 
 
-def _build(cfg: Mapping[str, Any], partition_id: int, num_partitions: int) -> PreparedPartition:
-    from .loading import load_client_data, spec_of  # loads the data: datasets
+def _build(settings: DataSettings, partition_id: int, num_partitions: int
+           ) -> PreparedPartition:
+    from .loading import load_client_data  # loads the data: datasets
 
-    data = load_client_data(dict(cfg), partition_id, num_partitions)
-    spec = spec_of(dict(cfg))
+    data = load_client_data(settings, partition_id, num_partitions)
+    spec = spec_of(settings)
     return PreparedPartition(data.train_x, data.train_y, data.val_x, data.val_y,
                              tuple(spec.in_shape), int(spec.num_classes))
 
@@ -214,17 +225,17 @@ _MEMORY_ITEMS = 256
 
 
 def load_prepared_partition(
-    cfg: Mapping[str, Any], partition_id: int, num_partitions: int, folder: Path | None,
+    settings: DataSettings, partition_id: int, num_partitions: int, folder: Path | None,
 ) -> PreparedPartition:
     """Client `partition_id`'s tensors: from memory, else from `folder`, else built and saved.
 
-    `cfg` is a resolved run config. `folder=None` builds without touching the disk.
+    `folder=None` builds without touching the disk.
     """
     if folder is None:
-        return _build(cfg, partition_id, num_partitions)
-    key = cache_key(cfg, partition_id, num_partitions)
+        return _build(settings, partition_id, num_partitions)
+    key = cache_key(settings, partition_id, num_partitions)
     return _cached(cache_file(folder, key), key,
-                   lambda: _build(cfg, partition_id, num_partitions), cfg)
+                   lambda: _build(settings, partition_id, num_partitions), settings)
 
 
 def folder_listing(folder: Path) -> tuple[str, int]:
@@ -259,7 +270,7 @@ def folder_listing(folder: Path) -> tuple[str, int]:
     return h.hexdigest(), count
 
 
-def own_data_key(cfg: Mapping[str, Any], path: str) -> dict[str, Any] | None:
+def own_data_key(settings: DataSettings, path: str) -> dict[str, Any] | None:
     """Everything that determines a node's prepared own data, or None where the folder cannot
     be listed (missing, not a folder, unreadable: the reader then names the problem)."""
     folder = Path(path).expanduser()
@@ -275,7 +286,7 @@ def own_data_key(cfg: Mapping[str, Any], path: str) -> dict[str, Any] | None:
         "own-data": str(real),
         "listing": listing,
         "entries": entries,
-        "config": {k: cfg[k] for k in OWN_DATA_KEY_NAMES},
+        "config": _config(settings, OWN_DATA_KEY_NAMES),
         "libraries": dict(_versions()),
         "code": _code_hash(),
     }
@@ -289,7 +300,7 @@ def own_data_file(folder: Path, key: dict[str, Any]) -> Path:
     return folder / f"own-{where}-{key['listing'][:12]}-{digest}.pt"
 
 
-def load_prepared_own_data(cfg: Mapping[str, Any], path: str, folder: Path | None, *,
+def load_prepared_own_data(settings: DataSettings, path: str, folder: Path | None, *,
                            follow_links: bool = False) -> PreparedPartition:
     """The node's own data (`data-path` = `path`) as it trains on it: from memory, else from
     the cache `folder` while the data folder is unchanged, else decoded and checked
@@ -300,14 +311,14 @@ def load_prepared_own_data(cfg: Mapping[str, Any], path: str, folder: Path | Non
     def read() -> PreparedPartition:
         from .own_data import prepared_own_data  # (its readers' imports: on a miss only)
 
-        return prepared_own_data(dict(cfg), path, follow_links=follow_links)
+        return prepared_own_data(settings, path, follow_links=follow_links)
 
-    key = own_data_key(cfg, path) if folder is not None and not follow_links else None
+    key = own_data_key(settings, path) if folder is not None and not follow_links else None
     if key is None:
         return read()
     _refuse_cache_inside(folder, Path(key["own-data"]))
     target = own_data_file(folder, key)
-    return _cached(target, key, read, cfg, written=_remove_older_copies)
+    return _cached(target, key, read, settings, written=_remove_older_copies)
 
 
 def _remove_older_copies(target: Path) -> None:
@@ -333,30 +344,31 @@ def _refuse_cache_inside(cache: Path, data: Path) -> None:
                          "\"cache-dir='<folder>'\", deploy/supernode.sh --cache-dir)")
 
 
-def _checked_read(path: Path, key: dict[str, Any], cfg: Mapping[str, Any]
+def _checked_read(path: Path, key: dict[str, Any], settings: DataSettings
                   ) -> PreparedPartition | None:
     """`_read`, and None (a miss, logged) where its tensors do not fit the run's dataset."""
     part = _read(path, key)
     if part is None:
         return None
     try:
-        spec = spec_of(dict(cfg))
+        spec = spec_of(settings)
     except (ValueError, KeyError, TypeError):  # bad data settings: the reader names them
         return None
     why = misfit(part, spec)
     if why is not None:
         _log().warning("data cache file %s does not fit dataset '%s' (%s): the data is read "
-                       "again and the file replaced", path, cfg["dataset"], why)
+                       "again and the file replaced", path, settings.dataset, why)
         return None
     return part
 
 
 def _cached(path: Path, key: dict[str, Any], build: Callable[[], PreparedPartition],
-            cfg: Mapping[str, Any], written: Callable[[Path], None] | None = None
+            settings: DataSettings, written: Callable[[Path], None] | None = None
             ) -> PreparedPartition:
-    """`path`'s tensors when it holds `key`'s and they fit `cfg`'s dataset, else `build()`'s,
-    saved there (then `written(path)`). A cache folder that is not private (or cannot be made)
-    is neither read nor written: logged, built (and kept in this process's memory)."""
+    """`path`'s tensors when it holds `key`'s and they fit the settings' dataset, else
+    `build()`'s, saved there (then `written(path)`). A cache folder that is not private (or
+    cannot be made) is neither read nor written: logged, built (and kept in this process's
+    memory)."""
     part = _memory.get(path)
     private = True
     if part is None:
@@ -365,7 +377,7 @@ def _cached(path: Path, key: dict[str, Any], build: Callable[[], PreparedPartiti
         except OSError as err:  # (UnusableFile)
             _log().warning("%s; training on the data as read, without the cache", err)
             private = False
-        part = _checked_read(path, key, cfg) if private else None
+        part = _checked_read(path, key, settings) if private else None
     if part is None:
         part = build()
         try:

@@ -14,18 +14,12 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any
-
 import numpy as np
 import torch
 
 from .partition import held_out_size
+from .settings import DATA_KEYS, DataSettings, SplitSettings  # noqa: F401  (re-exported)
 from .specs import DATASET_BY_NAME, DatasetSpec, spec_of  # noqa: F401  (spec_of: re-exported)
-
-# Config keys that determine the data a client or the server sees.
-DATA_KEYS = ("dataset", "dataset-path", "partitioner", "dirichlet-alpha", "lda-alpha",
-             "lda-min-size", "lda-self-balancing", "shards-per-client", "test-fraction",
-             "test-max-examples", "client-val-fraction", "seed")
 
 
 @dataclass(frozen=True)
@@ -34,10 +28,6 @@ class ClientData:
     train_y: torch.Tensor
     val_x: torch.Tensor  # normalized, ready for the model
     val_y: torch.Tensor
-
-
-def data_key(cfg: dict[str, Any]) -> tuple:
-    return tuple(cfg[k] for k in DATA_KEYS)
 
 
 def _quiet_datasets() -> None:
@@ -58,26 +48,26 @@ class _Source:
     """One process's view of the configured data: the train partitioner and the test split,
     loaded on first use."""
 
-    def __init__(self, key: tuple, num_partitions: int):
+    def __init__(self, settings: SplitSettings, num_partitions: int):
         from .partitioners import build_partitioner
 
-        self.cfg = cfg = dict(zip(DATA_KEYS, key))
-        spec = DATASET_BY_NAME[cfg["dataset"]]
+        self.settings = s = settings
+        spec = DATASET_BY_NAME[s.dataset]
         self.partitioner = build_partitioner(
-            cfg["partitioner"], num_partitions, spec.label,
-            dirichlet_alpha=cfg["dirichlet-alpha"], lda_alpha=cfg["lda-alpha"],
-            lda_min_size=cfg["lda-min-size"], lda_self_balancing=cfg["lda-self-balancing"],
-            natural_id=spec.natural_id, shards_per_client=cfg["shards-per-client"],
-            seed=cfg["seed"],
+            s.partitioner, num_partitions, spec.label,
+            dirichlet_alpha=s.dirichlet_alpha, lda_alpha=s.lda_alpha,
+            lda_min_size=s.lda_min_size, lda_self_balancing=s.lda_self_balancing,
+            natural_id=spec.natural_id, shards_per_client=s.shards_per_client,
+            seed=s.seed,
         )
         self._splits: tuple | None = None  # (train, test)
 
     def _load(self) -> tuple:
         if self._splits is None:
             _quiet_datasets()
-            cfg = self.cfg
-            if cfg["dataset"] == "digits" and not cfg["dataset-path"]:
-                splits = _digits_train_test(cfg["test-fraction"], cfg["seed"])
+            s = self.settings
+            if s.dataset == "digits" and not s.dataset_path:
+                splits = _digits_train_test(s.test_fraction, s.seed)
             else:  # the hub, or a local copy
                 splits = self._from_hub_or_copy()
             self.partitioner.dataset = splits[0]
@@ -88,14 +78,13 @@ class _Source:
         """(train, test) of the hub or the local copy; hub failures explained."""
         from .sources import DataSourceError, load_train_test
 
-        cfg = self.cfg
-        name = cfg["dataset"]
+        s = self.settings
+        name = s.dataset
         try:
-            return load_train_test(DATASET_BY_NAME[name], cfg["dataset-path"],
-                                   test_fraction=cfg["test-fraction"], seed=cfg["seed"],
-                                   dataset=name)
+            return load_train_test(DATASET_BY_NAME[name], s.dataset_path,
+                                   test_fraction=s.test_fraction, seed=s.seed, dataset=name)
         except (ConnectionError, FileNotFoundError) as err:
-            if cfg["dataset-path"]:
+            if s.dataset_path:
                 raise
             raise DataSourceError(
                 f"could not load {name} ('{DATASET_BY_NAME[name].hub}') from the Hugging Face "
@@ -116,39 +105,45 @@ class _Source:
 
 
 @functools.lru_cache(maxsize=4)
-def _source(key: tuple, num_partitions: int) -> _Source:
+def _cached_source(key: SplitSettings, num_partitions: int) -> _Source:
     return _Source(key, num_partitions)
 
 
-def check_shards(cfg: dict[str, Any], num_partitions: int, train_examples: int) -> None:
+def _source(settings: SplitSettings, num_partitions: int) -> _Source:
+    """The process's `_Source` of `settings`' data (cached by its SplitSettings part)."""
+    return _cached_source(settings.split(), num_partitions)
+
+
+def check_shards(settings: SplitSettings, num_partitions: int, train_examples: int) -> None:
     """DataSourceError when the shards split cannot give every client its shards: it cuts the
     training examples into num-partitions * shards-per-client shards of one example or more."""
-    shards = num_partitions * cfg["shards-per-client"]
+    shards = num_partitions * settings.shards_per_client
     if shards > train_examples:
         from .sources import DataSourceError
 
         raise DataSourceError(
             f"the shards split needs {shards} shards ({num_partitions} clients x "
-            f"shards-per-client = {cfg['shards-per-client']}) of at least one example, and "
-            f"{cfg['dataset']} has {train_examples} training examples: lower shards-per-client "
+            f"shards-per-client = {settings.shards_per_client}) of at least one example, and "
+            f"{settings.dataset} has {train_examples} training examples: lower shards-per-client "
             "or use fewer clients.")
 
 
-def load_partition(cfg: dict[str, Any], partition_id: int, num_partitions: int):
+def load_partition(settings: SplitSettings, partition_id: int, num_partitions: int):
     """The raw partition (a `datasets.Dataset`) of client `partition_id`."""
     if not 0 <= partition_id < num_partitions:
         raise ValueError(
             f"partition-id {partition_id} is not in [0, num-partitions={num_partitions})")
-    source = _source(data_key(cfg), num_partitions)
-    if cfg["partitioner"] == "shards":
-        check_shards(cfg, num_partitions, len(source.train_split()))
+    s = settings
+    source = _source(s, num_partitions)
+    if s.partitioner == "shards":
+        check_shards(s, num_partitions, len(source.train_split()))
     try:
         return source.load_partition(partition_id)
     except ValueError as err:
-        if cfg["partitioner"] == "lda":
+        if s.partitioner == "lda":
             raise ValueError(
-                f"the LDA split (lda-alpha={cfg['lda-alpha']}) could not give each of "
-                f"{num_partitions} clients at least lda-min-size={cfg['lda-min-size']} examples: "
+                f"the LDA split (lda-alpha={s.lda_alpha}) could not give each of "
+                f"{num_partitions} clients at least lda-min-size={s.lda_min_size} examples: "
                 f"{err} Lower lda-min-size, raise lda-alpha, set lda-self-balancing or use fewer "
                 "clients (num-supernodes)."
             ) from err
@@ -164,57 +159,57 @@ def to_tensors(ds, spec: DatasetSpec, ready: bool) -> tuple[torch.Tensor, torch.
 
 
 @functools.lru_cache(maxsize=256)
-def _client_data(key: tuple, partition_id: int, num_partitions: int) -> ClientData:
-    cfg = dict(zip(DATA_KEYS, key))
-    part = load_partition(cfg, partition_id, num_partitions)
-    spec = DATASET_BY_NAME[cfg["dataset"]]
-    val_n = held_out_size(len(part), cfg["client-val-fraction"])
+def _client_data(key: SplitSettings, partition_id: int, num_partitions: int) -> ClientData:
+    part = load_partition(key, partition_id, num_partitions)
+    spec = DATASET_BY_NAME[key.dataset]
+    val_n = held_out_size(len(part), key.client_val_fraction)
     if val_n > 0:
-        split = part.train_test_split(test_size=val_n, seed=cfg["seed"])
+        split = part.train_test_split(test_size=val_n, seed=key.seed)
         train, val = split["train"], split["test"]
     else:
         train, val = part, part.select([])
     return ClientData(*to_tensors(train, spec, ready=False), *to_tensors(val, spec, ready=True))
 
 
-def load_client_data(cfg: dict[str, Any], partition_id: int, num_partitions: int) -> ClientData:
+def load_client_data(settings: SplitSettings, partition_id: int,
+                     num_partitions: int) -> ClientData:
     """Client `partition_id`'s training (stored) and held-out (normalized) tensors, cached."""
-    return _client_data(data_key(cfg), partition_id, num_partitions)
+    return _client_data(settings.split(), partition_id, num_partitions)
 
 
-def load_test_split(cfg: dict[str, Any], num_partitions: int = 1):
+def load_test_split(settings: SplitSettings, num_partitions: int = 1):
     """The server's test split (a `datasets.Dataset`), cut to test-max-examples if set."""
-    test = _source(data_key(cfg), num_partitions).test()
-    limit = cfg["test-max-examples"]
+    test = _source(settings, num_partitions).test()
+    limit = settings.test_max_examples
     if 0 < limit < len(test):
-        rng = np.random.default_rng(cfg["seed"])
+        rng = np.random.default_rng(settings.seed)
         test = test.select(np.sort(rng.choice(len(test), limit, replace=False)))
     return test
 
 
 @functools.lru_cache(maxsize=2)
-def _test(key: tuple) -> tuple[torch.Tensor, torch.Tensor]:
-    cfg = dict(zip(DATA_KEYS, key))
-    return to_tensors(load_test_split(cfg), DATASET_BY_NAME[cfg["dataset"]], ready=True)
+def _test(key: SplitSettings) -> tuple[torch.Tensor, torch.Tensor]:
+    return to_tensors(load_test_split(key), DATASET_BY_NAME[key.dataset], ready=True)
 
 
-def load_test_data(cfg: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor] | None:
+def load_test_data(settings: DataSettings) -> tuple[torch.Tensor, torch.Tensor] | None:
     """The server's held-out test set as normalized tensors (cached per process): the dataset's
     test split (test-data = 'dataset'), a folder of the server's own (read as a node's own data:
     its 'test' split or its only one), or None (test-data = 'none')."""
-    source = cfg.get("test-data", "dataset")
+    source = settings.test_data
     if source == "none":
         return None
     if source == "dataset":
-        return _test(data_key(cfg))
+        return _test(settings.split())
     from .decode import normalize
     from .own_data import read_own_data
 
-    spec = spec_of(cfg)
-    data = read_own_data(source, spec, cfg["dataset"], split="test", key="test-data")
+    spec = spec_of(settings)
+    data = read_own_data(source, spec, settings.dataset, split="test", key="test-data")
     x, y = data.x, data.y
-    limit = cfg["test-max-examples"]
+    limit = settings.test_max_examples
     if 0 < limit < len(y):
-        keep = np.sort(np.random.default_rng(cfg["seed"]).choice(len(y), limit, replace=False))
+        rng = np.random.default_rng(settings.seed)
+        keep = np.sort(rng.choice(len(y), limit, replace=False))
         x, y = x[torch.from_numpy(keep)], y[torch.from_numpy(keep)]
     return normalize(x, spec), y

@@ -49,6 +49,7 @@ from .idx import (IMAGES, LABELS, SPLIT_PREFIXES, IdxRefused, idx_splits, is_idx
 from .decode import (IMAGE_SUFFIXES, LabelRefused, PixelsRefused, char_indices, class_indices,
                      open_image, pixels_8bit, shown_size)
 from .sources import MARKER_LIMIT, DataSourceError, split_names
+from .settings import DataSettings
 from .specs import LEAF_CHARS, DatasetSpec
 
 LABEL_FOLDER = re.compile(r"0|[1-9][0-9]*")  # a label index written plainly
@@ -504,22 +505,22 @@ def split_held_out(data: OwnData, spec: DatasetSpec, val_fraction: float, seed: 
     return (data.x[train], data.y[train], normalize(data.x[val], spec), data.y[val])
 
 
-def own_data_partition(cfg: dict, path: str, *, follow_links: bool = False):
+def own_data_partition(settings: DataSettings, path: str, *, follow_links: bool = False):
     """(OwnData, PreparedPartition): the folder as read, and as the ClientApp trains on it. The
     one path of a node and of `python -m feddata check`: the data keys checked by their ranges
     (`specs.own_data_settings`), the folder read, `client-val-fraction` held out."""
     from .partition import PreparedPartition
     from .specs import own_data_settings
 
-    spec = own_data_settings(cfg)
-    data = load_own_data(path, spec, cfg["dataset"], follow_links=follow_links)
+    spec = own_data_settings(settings)
+    data = load_own_data(path, spec, settings.dataset, follow_links=follow_links)
     return data, PreparedPartition(
-        *split_held_out(data, spec, cfg["client-val-fraction"], cfg["seed"]),
+        *split_held_out(data, spec, settings.client_val_fraction, settings.seed),
         tuple(spec.in_shape), int(spec.num_classes))
 
 
-def prepared_own_data(cfg: dict, path: str, *, follow_links: bool = False):
+def prepared_own_data(settings: DataSettings, path: str, *, follow_links: bool = False):
     """The node's own data as the ClientApp trains on it (a `disk_cache.PreparedPartition`):
     all of the folder, `client-val-fraction` held out (seeded by `seed`); `follow_links`: the
     node config's data-follow-links."""
-    return own_data_partition(cfg, path, follow_links=follow_links)[1]
+    return own_data_partition(settings, path, follow_links=follow_links)[1]

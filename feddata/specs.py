@@ -27,6 +27,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .settings import DataSettings
+
 
 @dataclass(frozen=True)
 class DatasetSpec:
@@ -122,64 +124,67 @@ CLIENT_VAL_FRACTION = Bounds(0.0, 1.0, high_open=True)
 CUSTOM_CLASSES = Bounds(2, 1_000_000)  # (the schema's low is 0: not a custom dataset)
 
 
-def number_list(cfg: dict, name: str, kind: type, low: float, high: float, allowed: str,
+def number_list(value: object, name: str, kind: type, low: float, high: float, allowed: str,
                 example: str) -> list:
-    """The comma-separated numbers of the setting `name` (none for ''), each of `kind` in
-    [low, high]; DataSettingError naming the setting, what is `allowed` and an `example`."""
-    text = str(cfg[name]).replace(" ", "")
+    """The comma-separated numbers of `value`, the setting `name`'s (none for ''), each of
+    `kind` in [low, high]; DataSettingError naming the setting, what is `allowed` and an
+    `example`."""
+    text = str(value).replace(" ", "")
     try:
         values = [kind(v) for v in text.split(",")] if text else []
     except ValueError:
         values = None
     if values is None or any(not low <= v <= high for v in values):
-        raise DataSettingError(f"run config '{name}' = '{cfg[name]}': expected {allowed}, "
+        raise DataSettingError(f"run config '{name}' = '{value}': expected {allowed}, "
                                f"comma-separated (e.g. {name}='{example}').")
     return values
 
 
-def custom_dataset(cfg: dict) -> tuple[int, tuple[int, ...], tuple, tuple]:
+def custom_dataset(settings: DataSettings) -> tuple[int, tuple[int, ...], tuple, tuple]:
     """dataset = 'custom': (classes, (C, H, W), mean, std) from the custom-* keys, checked
     (DataSettingError naming the key otherwise)."""
-    classes = cfg["custom-classes"]
+    classes = settings.custom_classes
     if not isinstance(classes, int) or not CUSTOM_CLASSES.holds(classes):
         raise DataSettingError(f"run config 'custom-classes' = {classes}: dataset = 'custom' "
                                "needs its number of classes, at least 2 and at most "
                                f"{CUSTOM_CLASSES.high:,} (e.g. custom-classes=10).")
-    shape = number_list(cfg, "custom-shape", int, 1, 4096, "C,H,W", "3,32,32")
+    shape = number_list(settings.custom_shape, "custom-shape", int, 1, 4096, "C,H,W",
+                        "3,32,32")
     if len(shape) != 3 or shape[0] not in (1, 3):
-        raise DataSettingError(f"run config 'custom-shape' = '{cfg['custom-shape']}': dataset "
+        raise DataSettingError(f"run config 'custom-shape' = '{settings.custom_shape}': dataset "
                                "= 'custom' needs the images' shape C,H,W with C = 1 (grey) or 3 "
                                "(RGB), e.g. custom-shape='3,32,32'.")
     stats = []
-    for key, fill, low in (("custom-mean", 0.0, -1e3), ("custom-std", 1.0, 1e-6)):
-        values = number_list(cfg, key, float, low, 1e3, f"{shape[0]} number(s), one per channel, "
-                          "pixel values scaled to [0, 1]", ",".join(["0.5"] * shape[0])
-                          ) or [fill] * shape[0]
+    for key, text, fill, low in (("custom-mean", settings.custom_mean, 0.0, -1e3),
+                                 ("custom-std", settings.custom_std, 1.0, 1e-6)):
+        values = number_list(text, key, float, low, 1e3, f"{shape[0]} number(s), one per "
+                             "channel, pixel values scaled to [0, 1]",
+                             ",".join(["0.5"] * shape[0])) or [fill] * shape[0]
         if len(values) != shape[0]:
-            raise DataSettingError(f"run config '{key}' = '{cfg[key]}' has {len(values)} "
+            raise DataSettingError(f"run config '{key}' = '{text}' has {len(values)} "
                                    f"value(s) and the images {shape[0]} channel(s): give one "
                                    "per channel.")
         stats.append(tuple(values))
     return classes, tuple(shape), stats[0], stats[1]
 
 
-def own_data_settings(cfg: dict) -> DatasetSpec:
+def own_data_settings(settings: DataSettings) -> DatasetSpec:
     """The dataset a node's own folder is read as (`spec_of`), with the data keys that reading
     takes checked by their ranges above; DataSettingError naming the key otherwise. The run
     config's check runs it too (run_config.resolve), and `python -m feddata check` with its
     options, so both refuse what the other refuses."""
-    fraction = cfg["client-val-fraction"]
+    fraction = settings.client_val_fraction
     if not CLIENT_VAL_FRACTION.holds(fraction):
         raise DataSettingError(f"run config 'client-val-fraction' = {fraction!r}: out of range; "
                                f"allowed: a number in {CLIENT_VAL_FRACTION.text()} (e.g. 0.1).")
-    return spec_of(cfg)
+    return spec_of(settings)
 
 
-def spec_of(cfg: dict) -> DatasetSpec:
+def spec_of(settings: DataSettings) -> DatasetSpec:
     """The run's dataset: a known one, or dataset = 'custom' as its custom-* keys declare it
     (images; columns 'image' and 'label' in a local copy)."""
-    if cfg["dataset"] != "custom":
-        return DATASET_BY_NAME[cfg["dataset"]]
-    classes, shape, mean, std = custom_dataset(cfg)
+    if settings.dataset != "custom":
+        return DATASET_BY_NAME[settings.dataset]
+    classes, shape, mean, std = custom_dataset(settings)
     return DatasetSpec(shape, classes, "image", "label", mean, std, scale=255.0, kind="image",
                        test_splits=("test",), model="cnn")

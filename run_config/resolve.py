@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import methods
+from feddata.settings import DataSettings
 from feddata.specs import DataSettingError, number_list, own_data_settings
 from fileio.names import MAX_NAME_BYTES, safe_name
 from methods.registry import parse_objective
@@ -50,7 +51,7 @@ def resolve(run_config: Mapping[str, Any]) -> dict[str, Any]:
 def _number_list(cfg: dict[str, Any], name: str, kind: type, low: float, high: float,
                  allowed: str) -> list:
     try:
-        return number_list(cfg, name, kind, low, high, allowed,
+        return number_list(cfg[name], name, kind, low, high, allowed,
                            KEYS_BY_NAME[name].default or "10,20")
     except DataSettingError as err:
         raise ConfigError(str(err)) from None
@@ -112,7 +113,7 @@ def _check_combinations(cfg: dict[str, Any], explicit: set[str]) -> None:
 def _check_own_data(cfg: dict[str, Any]) -> None:
     """client-data, test-data and the custom dataset keys (docs/deployment.md#own-data)."""
     try:  # what a node's folder is read with (also `python -m feddata check`'s check)
-        own_data_settings(cfg)
+        own_data_settings(DataSettings.from_config(cfg))
     except DataSettingError as err:
         raise ConfigError(str(err)) from None
     if cfg["dataset"] == "custom":

@@ -16,7 +16,7 @@ from flwr.common import log
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords
 
-from feddata import load_test_data, spec_of
+from feddata import DataSettings, load_test_data, spec_of
 from fileio.atomic import write_torch_atomic
 from feddata.summary import format_summary, partition_summary
 from models import build_model
@@ -48,7 +48,8 @@ def describe_test_set(cfg: dict, test: tuple | None) -> str:
     return f"test set {len(test[1])} examples{where}"
 
 
-def log_data_summary(cfg: dict, grid: Grid, test: tuple | None) -> dict | None:
+def log_data_summary(cfg: dict, data: DataSettings, grid: Grid, test: tuple | None
+                     ) -> dict | None:
     """Print the client split (for the nodes connected now) and check a set-up's federation size.
     With own data (client-data = 'own') there is no split to show: each node has its folder."""
     nodes = len(list(grid.get_node_ids()))
@@ -65,20 +66,20 @@ def log_data_summary(cfg: dict, grid: Grid, test: tuple | None) -> dict | None:
     if nodes == 0:
         log(INFO, "Partitions: no node connected yet, no summary.")
         return None
-    summary = partition_summary(cfg, nodes)
+    summary = partition_summary(data, nodes)
     log(INFO, "%s; %s.", format_summary(summary), describe_test_set(cfg, test))
     return {**summary, "test-examples": 0 if test is None else len(test[1])}
 
 
-def plot_labels(cfg: dict, nodes: int, run_dir: Path) -> None:
+def plot_labels(data: DataSettings, nodes: int, run_dir: Path) -> None:
     """labels.png: each client's examples per label (the first 100 clients)."""
     try:
         from feddata.summary import label_counts
         from reporting.plots import plot_label_distribution
 
-        names, counts = label_counts(cfg, nodes, max_partitions=100)
+        names, counts = label_counts(data, nodes, max_partitions=100)
         plot_label_distribution(counts, names, run_dir / "labels.png",
-                                title=f"{cfg['dataset']}, {cfg['partitioner']} split over {nodes} "
+                                title=f"{data.dataset}, {data.partitioner} split over {nodes} "
                                 "clients: examples per label")
     except Exception as err:  # a plot must never cost the run
         log(WARNING, "Could not draw the label distribution: %r", err)
@@ -169,16 +170,17 @@ def model_and_data(cfg: dict, grid: Grid, run_dir: Path) -> tuple:
     None): the seeds set, the model built, the test set loaded, the split logged and, when
     there is one, written to partitions.json and drawn in labels.png."""
     random.seed(cfg["seed"])  # Flower's own baselines sample nodes with the global `random`
-    spec = spec_of(cfg)
+    data = DataSettings.from_config(cfg)  # the data keys, as the data package takes them
+    spec = spec_of(data)
     model = build_model(cfg["model"], spec.in_shape, spec.num_classes, cfg["gn-groups"],
                         seed=cfg["seed"], init=cfg["init"])
     device = torch.device(
         "cuda:0" if cfg["device"] != "cpu" and torch.cuda.is_available() else "cpu")
-    test = load_test_data(cfg)
-    partitions = log_data_summary(cfg, grid, test)
+    test = load_test_data(data)
+    partitions = log_data_summary(cfg, data, grid, test)
     if partitions:
         write_json_atomic(run_dir / "partitions.json", partitions)
-        plot_labels(cfg, partitions["clients"], run_dir)
+        plot_labels(data, partitions["clients"], run_dir)
     return spec, model, device, test, partitions
 
 

@@ -173,10 +173,12 @@ def attack_handler(attack: str, real, bad: list[int]):
 
 def largest_partition(setup: str, **extra) -> int:
     """The largest client partition of a set-up's split: what the server knows (its summary)."""
+    from feddata import DataSettings
     from feddata.summary import partition_summary
     from run_config import resolve
 
-    return partition_summary(resolve({**BASE, **extra}), SETUPS[setup][0])["size-max"]
+    data = DataSettings.from_config(resolve({**BASE, **extra}))
+    return partition_summary(data, SETUPS[setup][0])["size-max"]
 
 
 def run_attack(attack: str, setup: str, aggregator: str = "defaults", out_dir: Path | None = None,

@@ -45,13 +45,20 @@ def resolved(run_config: dict) -> dict:
     return resolve(run_config)
 
 
+def data_settings(run_config: dict):
+    """The data package's settings of `run_config` (resolved), as the apps take them."""
+    from feddata import DataSettings
+
+    return DataSettings.from_config(resolved(run_config))
+
+
 def server_model(run_config: dict) -> torch.nn.Module:
     """The model the ServerApp starts from (same architecture and seeded initial weights)."""
     from feddata import spec_of
     from models import build_model
 
     cfg = resolved(run_config)
-    spec = spec_of(cfg)
+    spec = spec_of(data_settings(run_config))
     return build_model(cfg["model"], spec.in_shape, spec.num_classes, cfg["gn-groups"],
                        seed=cfg["seed"])
 
@@ -63,16 +70,16 @@ def client_inputs(run_config: dict, partition_id: int, num_partitions: int):
     from feddata.decode import normalize
     from feddata.disk_cache import load_prepared_partition
 
-    cfg = resolved(run_config)
-    part = load_prepared_partition(cfg, partition_id, num_partitions, None)
-    return normalize(part.train_x, spec_of(cfg)), part.train_y
+    data = data_settings(run_config)
+    part = load_prepared_partition(data, partition_id, num_partitions, None)
+    return normalize(part.train_x, spec_of(data)), part.train_y
 
 
 def server_test_set(run_config: dict):
     """The server's test set (normalized inputs, labels)."""
     from feddata import load_test_data
 
-    return load_test_data(resolved(run_config))
+    return load_test_data(data_settings(run_config))
 
 
 # --- the strategy ----------------------------------------------------------------------------
@@ -251,14 +258,14 @@ def partition_rows(run_config: dict, partition_id: int, num_partitions: int):
     """Client `partition_id`'s raw training examples (a datasets.Dataset) for `run_config`."""
     from feddata import load_partition
 
-    return load_partition(resolved(run_config), partition_id, num_partitions)
+    return load_partition(data_settings(run_config), partition_id, num_partitions)
 
 
 def server_test_rows(run_config: dict):
     """The server's raw test examples (a datasets.Dataset) for `run_config`."""
     from feddata import load_test_split
 
-    return load_test_split(resolved(run_config))
+    return load_test_split(data_settings(run_config))
 
 
 def run_strategy_result(strategy, handler, init: dict, rounds: int, num_nodes: int,

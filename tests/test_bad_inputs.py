@@ -16,6 +16,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, 
 
 from fakegrid import FakeGrid
 from feddata import disk_cache
+from feddata import DataSettings
 from feddata.disk_cache import cache_file, cache_key, load_prepared_partition
 from strategies.population import ClientPopulation
 from run_config import ConfigError, resolve
@@ -114,7 +115,7 @@ def test_the_client_app_refuses_bad_local_settings_at_once(key, value, no_data_l
 
 
 def test_a_killed_cache_write_leaves_no_tmp_file(tmp_path):
-    cfg = resolve({})
+    cfg = DataSettings.from_config(resolve({}))
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     folder = tmp_path / "cache"
@@ -134,7 +135,7 @@ def test_a_killed_cache_write_leaves_no_tmp_file(tmp_path):
 
 
 def test_a_cache_file_with_the_right_key_but_missing_tensors_is_rebuilt(tmp_path):
-    cfg = resolve({"seed": 5})
+    cfg = DataSettings.from_config(resolve({"seed": 5}))
     good = load_prepared_partition(cfg, 1, 3, tmp_path)
     path = cache_file(tmp_path, cache_key(cfg, 1, 3))
     blob = torch.load(path, weights_only=True)

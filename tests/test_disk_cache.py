@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from feddata import DATA_KEYS, load_client_data
+from feddata import DATA_KEYS, DataSettings, load_client_data
 from feddata import disk_cache
 from feddata.disk_cache import (CACHE_KEY_NAMES, cache_dir, cache_file, cache_key,
                                  load_prepared_partition)
@@ -17,20 +17,38 @@ ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("datasets", "flwr_datasets", "sklearn", "pandas", "pyarrow", "feddata.loading")
 
 
+def data(overrides: dict) -> DataSettings:
+    """The data settings of the run config `overrides` (resolved), as the apps take them."""
+    return DataSettings.from_config(resolve(overrides))
+
+
 def test_every_data_key_is_part_of_the_cache_key():
     from run_config.schema import KEYS
 
     assert set(DATA_KEYS) <= set(CACHE_KEY_NAMES)
     # the schema's data group, in order, and the seed: a data key added there is keyed here too
     assert CACHE_KEY_NAMES == tuple(k.name for k in KEYS if k.group == "data") + ("seed",)
-    cfg = resolve({})
+    cfg = data({})
     base = cache_file(Path("/c"), cache_key(cfg, 0, 4))
     for key, value in (("dirichlet-alpha", 0.7), ("seed", 3), ("client-val-fraction", 0.25)):
-        assert cache_file(Path("/c"), cache_key(resolve({key: value}), 0, 4)) != base, key
+        assert cache_file(Path("/c"), cache_key(data({key: value}), 0, 4)) != base, key
     assert cache_file(Path("/c"), cache_key(cfg, 1, 4)) != base
     assert cache_file(Path("/c"), cache_key(cfg, 0, 5)) != base
     # training keys do not split the cache: the next run with another lr reuses the files
-    assert cache_file(Path("/c"), cache_key(resolve({"lr": 0.3, "method": "gcfed"}), 0, 4)) == base
+    assert cache_file(Path("/c"), cache_key(data({"lr": 0.3, "method": "gcfed"}), 0, 4)) == base
+
+
+def test_data_settings_are_the_cache_keys_with_the_schemas_defaults():
+    from run_config.schema import KEYS
+
+    settings = DataSettings()
+    assert set(settings.as_config()) == set(CACHE_KEY_NAMES)
+    # the defaults (for callers without a run config: python -m feddata check) are the schema's
+    assert settings == DataSettings.from_config({k.name: k.default for k in KEYS})
+    assert settings == DataSettings.from_config(resolve({}))
+    assert hash(data({"seed": 3})) == hash(data({"seed": 3})) != hash(settings)
+    with pytest.raises(KeyError, match="dataset-path"):  # the edge names a key it lacks
+        DataSettings.from_config({"dataset": "digits"})
 
 
 def test_cache_dir_precedence(monkeypatch, tmp_path):
@@ -44,7 +62,7 @@ def test_cache_dir_precedence(monkeypatch, tmp_path):
 
 
 def test_miss_writes_and_a_fresh_process_reads_without_heavy_imports(tmp_path):
-    cfg = resolve({"partitioner": "lda", "lda-alpha": 0.5, "seed": 4})
+    cfg = data({"partitioner": "lda", "lda-alpha": 0.5, "seed": 4})
     part = load_prepared_partition(cfg, 2, 6, tmp_path)
     ref = load_client_data(cfg, 2, 6)
     files = list(tmp_path.glob("*.pt"))
@@ -55,8 +73,10 @@ def test_miss_writes_and_a_fresh_process_reads_without_heavy_imports(tmp_path):
     code = (
         "import sys, torch\n"
         "from feddata.disk_cache import load_prepared_partition\n"
+        "from feddata.settings import DataSettings\n"
         "from run_config import resolve\n"
-        f"cfg = resolve({{'partitioner': 'lda', 'lda-alpha': 0.5, 'seed': 4}})\n"
+        "cfg = DataSettings.from_config(resolve({'partitioner': 'lda', 'lda-alpha': 0.5, "
+        "'seed': 4}))\n"
         f"p = load_prepared_partition(cfg, 2, 6, __import__('pathlib').Path({str(tmp_path)!r}))\n"
         f"print([m for m in {HEAVY!r} if m in sys.modules], "
         "len(p.train_y), float(p.train_x.sum()))\n"
@@ -69,7 +89,7 @@ def test_miss_writes_and_a_fresh_process_reads_without_heavy_imports(tmp_path):
 
 
 def test_corrupt_or_foreign_file_is_rebuilt(tmp_path):
-    cfg = resolve({})
+    cfg = data({})
     path = cache_file(tmp_path, cache_key(cfg, 0, 3))
     path.write_bytes(b"not a torch file")
     disk_cache._memory.clear()
@@ -96,7 +116,7 @@ def test_client_app_import_is_light():
 def own_cfg(**extra):
     from feddata.__main__ import DEMO_CUSTOM
 
-    return resolve({**DEMO_CUSTOM, "test-data": "none", "fraction-evaluate": 0.5, **extra})
+    return data({**DEMO_CUSTOM, "test-data": "none", "fraction-evaluate": 0.5, **extra})
 
 
 def image_folder(tmp_path) -> Path:
@@ -136,8 +156,10 @@ def test_own_data_is_read_once_and_a_fresh_process_opens_no_image(tmp_path):
         "PIL.Image.open = own.read_own_data = own.prepared_own_data = refuse\n"
         "from feddata.__main__ import DEMO_CUSTOM\n"
         "from feddata.disk_cache import load_prepared_own_data\n"
+        "from feddata.settings import DataSettings\n"
         "from run_config import resolve\n"
-        "cfg = resolve({**DEMO_CUSTOM, 'test-data': 'none', 'fraction-evaluate': 0.5})\n"
+        "cfg = DataSettings.from_config(resolve({**DEMO_CUSTOM, 'test-data': 'none', "
+        "'fraction-evaluate': 0.5}))\n"
         f"p = load_prepared_own_data(cfg, {str(folder)!r}, "
         f"__import__('pathlib').Path({str(cache)!r}))\n"
         f"torch.save([p.train_x, p.train_y, p.val_x, p.val_y], {str(tmp_path / 'out.pt')!r})\n")
@@ -190,24 +212,25 @@ def test_own_data_a_changed_folder_is_read_again_and_its_older_copy_removed(tmp_
 
 
 def test_own_data_key_holds_the_settings_the_reader_uses_and_no_others(tmp_path):
+    from dataclasses import fields
+
     from feddata.own_data import prepared_own_data
+    from feddata.settings import config_name
 
-    class Reading(dict):
-        """A config that records the keys read from it."""
+    names = {f.name for f in fields(DataSettings)}
+    read: set = set()
 
-        read: set = set()
+    class Reading(DataSettings):
+        """Settings that record the fields read from them, as their run-config keys."""
 
-        def __getitem__(self, key):
-            Reading.read.add(key)
-            return super().__getitem__(key)
-
-        def get(self, key, default=None):
-            Reading.read.add(key)
-            return super().get(key, default)
+        def __getattribute__(self, name):
+            if name in names:
+                read.add(config_name(name))
+            return super().__getattribute__(name)
 
     folder = image_folder(tmp_path)
-    prepared_own_data(Reading(own_cfg()), str(folder))
-    assert Reading.read and Reading.read <= set(disk_cache.OWN_DATA_KEY_NAMES), Reading.read
+    prepared_own_data(Reading(**vars(own_cfg())), str(folder))
+    assert read and read <= set(disk_cache.OWN_DATA_KEY_NAMES), read
     base = disk_cache.own_data_file(tmp_path, disk_cache.own_data_key(own_cfg(), str(folder)))
     for key, value in (("seed", 3), ("client-val-fraction", 0.3), ("custom-mean", "0.5")):
         other = disk_cache.own_data_key(own_cfg(**{key: value}), str(folder))
@@ -316,7 +339,7 @@ def test_the_cache_folder_and_its_files_are_private_whatever_the_umask(tmp_path)
     import os
     import stat
 
-    cfg = resolve({})
+    cfg = data({})
     folder = tmp_path / "a" / "cache"
     old = os.umask(0)
     try:
@@ -338,7 +361,7 @@ def test_the_cache_folder_and_its_files_are_private_whatever_the_umask(tmp_path)
 def test_a_cache_folder_others_may_write_is_not_used(tmp_path, node_log, mode, used):
     """Group or others could plant a file there that the node would train on: not used
     (logged), the node trains on the data as read and writes nothing there."""
-    cfg = resolve({})
+    cfg = data({})
     folder = tmp_path / "cache"
     folder.mkdir()
     folder.chmod(mode)
@@ -356,7 +379,7 @@ def test_a_cache_folder_others_may_write_is_not_used(tmp_path, node_log, mode, u
 def test_another_users_cache_folder_is_not_used_even_with_a_good_file_in_it(tmp_path, node_log):
     import os
 
-    cfg = resolve({})
+    cfg = data({})
     folder = tmp_path / "cache"
     fresh_partition(cfg, folder)  # a file of the right key, written by the node itself
     planted = cache_file(folder, cache_key(cfg, 0, 3))
@@ -379,7 +402,7 @@ def test_another_users_cache_folder_is_not_used_even_with_a_good_file_in_it(tmp_
 ])
 def test_a_cache_folder_that_is_no_folder_of_ones_own_is_not_used(tmp_path, node_log, make,
                                                                     says):
-    cfg = resolve({})
+    cfg = data({})
     real = tmp_path / "real"
     real.mkdir(mode=0o700)
     folder = {"file": tmp_path / "cache", "link": tmp_path / "cache",
@@ -429,7 +452,7 @@ def _spoil(blob, how):
     "inputs of another shape", "held-out NaN", "in_shape", "num_classes",
     "num_classes a bool", "one label fewer"])
 def test_cached_tensors_that_do_not_fit_the_dataset_are_a_miss(tmp_path, node_log, how):
-    cfg = resolve({})
+    cfg = data({})
     folder = tmp_path / "cache"
     fresh_partition(cfg, folder)
     path = cache_file(folder, cache_key(cfg, 0, 3))
@@ -453,7 +476,7 @@ def test_own_data_cached_with_labels_beyond_its_classes_is_read_again(tmp_path, 
     fresh_load(cfg, folder, cache)
     (path,) = cache.glob("own-*.pt")
     blob = torch.load(path, weights_only=True)
-    blob["train_y"][:] = cfg["custom-classes"]
+    blob["train_y"][:] = cfg.custom_classes
     torch.save(blob, path)
     assert same(fresh_load(cfg, folder, cache), prepared_own_data(cfg, str(folder)))
     assert any("outside [0, 10)" in line for line in node_log), node_log
@@ -492,7 +515,7 @@ def test_a_full_disk_is_logged_and_the_node_trains_on_what_it_read(tmp_path, nod
             self.f.close()
 
     monkeypatch.setattr(atomic.os, "fdopen", lambda *a, **k: Full(real_fdopen(*a, **k)))
-    cfg = resolve({})
+    cfg = data({})
     folder = tmp_path / "cache"
     part = fresh_partition(cfg, folder)
     assert all_equal(as_read(part), reference(cfg))

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from feddata import load_client_data, load_test_data
+from feddata import DataSettings, load_client_data, load_test_data
 from feddata.idx import IdxRefused, read_idx_split
 from feddata.own_data import OwnDataError, read_own_data
 from feddata.save import main as save_main
@@ -76,9 +76,11 @@ def write_hub_copy(folder: Path, arrays) -> Path:
     return folder
 
 
-def cfg_for(path: Path, **more):
-    return resolve({"dataset": "fashion-mnist", "dataset-path": str(path), "model": "mlp-gcfed",
-                    "partitioner": "iid", **more})
+def cfg_for(path: Path, **more) -> DataSettings:
+    """The data settings of a Fashion-MNIST run on the copy at `path`."""
+    return DataSettings.from_config(resolve(
+        {"dataset": "fashion-mnist", "dataset-path": str(path), "model": "mlp-gcfed",
+         "partitioner": "iid", **more}))
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from flwr_datasets.partitioner import (IidPartitioner as TheirIid,
                                        ShardPartitioner as TheirShards)
 
 import hubformats
-from feddata import load_partition, load_test_split
+from feddata import DataSettings, load_partition, load_test_split
 from feddata.partitioners import IidPartitioner, NaturalIdSamplePartitioner, ShardPartitioner
 from feddata.sources import local_copy_kwargs, train_test
 from feddata.specs import DATASET_BY_NAME
@@ -108,6 +108,7 @@ def test_a_local_copy_loads_as_flwr_datasets_federated_dataset_loaded_it(copies,
         dataset=load_args.pop("path"), **load_args, shuffle=False, partitioners={"train": theirs},
         preprocessor=lambda dd: DatasetDict(zip(("train", "test"),
                                                 train_test(dd, spec, cfg["test-fraction"], seed))))
-    assert same_rows(load_test_split(cfg), fds.load_split("test"))
+    data = DataSettings.from_config(cfg)
+    assert same_rows(load_test_split(data), fds.load_split("test"))
     for i in range(clients):
-        assert same_rows(load_partition(cfg, i, clients), fds.load_partition(i))
+        assert same_rows(load_partition(data, i, clients), fds.load_partition(i))

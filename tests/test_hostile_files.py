@@ -161,6 +161,13 @@ def custom(classes: int = 3, shape: str = "1,4,4") -> dict:
     return {"dataset": "custom", "custom-classes": classes, "custom-shape": shape}
 
 
+def settings_of(keys: dict):
+    """The data settings of these run-config keys, the others at their defaults."""
+    from feddata import DataSettings
+
+    return DataSettings.from_config({**DataSettings().as_config(), **keys})
+
+
 @dataclass
 class Read:
     """The folder is read: these labels (in the folder's order) and, where given, pixels; the
@@ -216,7 +223,7 @@ def node(folder: Path, keys: dict, follow_links: bool = False):
           "fraction-evaluate": 0.0}
     ctx = Context(run_id=1, node_id=1, state=RecordDict(), run_config=rc,
                   node_config={"data-path": str(folder), "data-follow-links": follow_links})
-    spec = spec_of({"custom-mean": "", "custom-std": "", **keys})
+    spec = spec_of(settings_of(keys))
     arrays = ArrayRecord(build_model("mlp", spec.in_shape, spec.num_classes, 2).state_dict())
     msg = Message(RecordDict({"arrays": arrays, "config": ConfigRecord({"server-round": 1})}),
                   dst_node_id=1, message_type="train")
@@ -505,7 +512,7 @@ def test_a_nodes_folder_is_read_as_stored_or_refused_and_the_check_agrees(tmp_pa
     assert got == sorted(expect.y)
     for pattern in expect.skipped:
         assert re.search(pattern, out), out
-    spec = spec_of({"custom-mean": "", "custom-std": "", **keys})
+    spec = spec_of(settings_of(keys))
     data = read_own_data(str(folder), spec, keys["dataset"], follow_links=case.follow_links)
     assert data.y.tolist() == expect.y
     if expect.x is not None:
@@ -561,10 +568,11 @@ def test_a_named_pipe_at_the_nodes_cache_files_name_is_replaced_not_waited_on(tm
 
     folder = folder_of_images(tmp_path / "d", {"0/a.png": png(grey(1)), "1/b.png": png(grey(2)),
                                                "2/c.png": png(grey(3))})
+    from feddata import DataSettings
     from run_config import resolve
 
-    cfg = resolve({**custom(), "client-data": "own", "test-data": "none",
-                   "fraction-evaluate": 0.5})
+    cfg = DataSettings.from_config(resolve({**custom(), "client-data": "own", "test-data": "none",
+                                            "fraction-evaluate": 0.5}))
     cache = tmp_path / "cache"
     cache.mkdir()
     target = disk_cache.own_data_file(cache, disk_cache.own_data_key(cfg, str(folder)))

@@ -3,6 +3,7 @@
 configured and trains one round with the real ServerApp and ClientApp (in-process grid)."""
 
 import json
+from dataclasses import replace
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +15,8 @@ from flwr.app import Context, RecordDict
 import hubformats
 import server_app.app as server
 from fakegrid import FakeGrid, client_app_handler
-from feddata import load_client_data, load_partition, load_test_data, load_test_split
+from feddata import (DataSettings, load_client_data, load_partition, load_test_data,
+                     load_test_split)
 from feddata.decode import input_tensor, normalize
 from feddata.save import main as save_main
 from feddata.sources import _grouped_holdout
@@ -22,6 +24,11 @@ from feddata.specs import DATASET_BY_NAME
 from run_config import resolve
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def data(overrides: dict) -> DataSettings:
+    """The data settings of the run config `overrides` (resolved), as the apps take them."""
+    return DataSettings.from_config(resolve(overrides))
 
 
 @pytest.fixture(scope="module")
@@ -55,19 +62,19 @@ def test_loads_offline_partitions_and_trains_one_round(copies, tmp_path, dataset
     rc = {"dataset": dataset, "dataset-path": str(copies[dataset]), "partitioner": partitioner,
           "model": model, "lda-min-size": 1, "num-server-rounds": 1, "fraction-train": 0.5,
           "local-iterations": 2, "batch-size": 4, "out-dir": str(tmp_path), "run-name": "run"}
-    cfg = resolve(rc)
+    cfg = data(rc)
     spec = DATASET_BY_NAME[dataset]
     # the split and the test set, through the real path
     assert len(load_test_split(cfg)) == n_test
     parts = [load_partition(cfg, i, clients) for i in range(clients)]
     assert all(len(p) > 0 for p in parts)
     assert sum(len(p) for p in parts) == n_train
-    data = load_client_data(cfg, 0, clients)
+    client = load_client_data(cfg, 0, clients)
     x, y = load_test_data(cfg)
-    assert data.train_x.shape[1:] == spec.in_shape and x.shape[1:] == spec.in_shape
+    assert client.train_x.shape[1:] == spec.in_shape and x.shape[1:] == spec.in_shape
     assert int(y.max()) < spec.num_classes and len(y) == n_test
     if spec.kind == "image":
-        assert data.train_x.dtype.is_floating_point is False  # stored uint8, augmented per batch
+        assert client.train_x.dtype.is_floating_point is False  # stored uint8, augmented per batch
         assert x.dtype.is_floating_point  # evaluation tensors are normalized once
     # one round of the real apps
     grid = FakeGrid(clients, client_app_handler(rc, clients))
@@ -84,8 +91,8 @@ def test_loads_offline_partitions_and_trains_one_round(copies, tmp_path, dataset
 
 
 def test_natural_split_groups_by_the_id_column(copies):
-    cfg = resolve({"dataset": "femnist", "dataset-path": str(copies["femnist"]),
-                   "partitioner": "natural"})
+    cfg = data({"dataset": "femnist", "dataset-path": str(copies["femnist"]),
+                "partitioner": "natural"})
     # 6 writers: with 6 clients every client holds exactly one writer (NaturalIdPartitioner)
     writers = [set(load_partition(cfg, i, 6)["writer_id"]) for i in range(6)]
     assert all(len(w) == 1 for w in writers) and len(set().union(*writers)) == 6
@@ -93,7 +100,7 @@ def test_natural_split_groups_by_the_id_column(copies):
     # 4 clients: 4 of the 6 writers, drawn with the seed, one each
     four = [set(load_partition(cfg, i, 4)["writer_id"]) for i in range(4)]
     assert all(len(w) == 1 for w in four) and len(set().union(*four)) == 4
-    other = resolve({**cfg, "seed": 1})
+    other = replace(cfg, seed=1)
     assert [set(load_partition(other, i, 4)["writer_id"]) for i in range(4)] != four
     with pytest.raises(ValueError, match="only 6 of them for 7 clients"):
         load_partition(cfg, 0, 7)
@@ -103,9 +110,10 @@ def test_natural_split_groups_by_the_id_column(copies):
 
 
 def test_same_seed_same_natural_partitions_in_two_processes(copies):
-    code = ("from feddata import load_partition; from run_config import resolve; import hashlib;"
-            f"cfg = resolve({{'dataset': 'shakespeare', 'dataset-path': '{copies['shakespeare']}',"
-            "'partitioner': 'natural', 'seed': 3});"
+    code = ("from feddata import DataSettings, load_partition; from run_config import resolve;"
+            "import hashlib;"
+            "cfg = DataSettings.from_config(resolve({'dataset': 'shakespeare', "
+            f"'dataset-path': '{copies['shakespeare']}', 'partitioner': 'natural', 'seed': 3}}));"
             "print(hashlib.sha1(str([load_partition(cfg, i, 4)['x'] for i in range(4)])"
             ".encode()).hexdigest())")
     out = [subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
@@ -123,7 +131,7 @@ def test_held_out_examples_per_id():
 
 
 def test_evaluation_tensors_are_the_normalized_stored_values(copies):
-    cfg = resolve({"dataset": "cifar10", "dataset-path": str(copies["cifar10"])})
+    cfg = data({"dataset": "cifar10", "dataset-path": str(copies["cifar10"])})
     x, _ = load_test_data(cfg)
     stored = input_tensor(load_test_split(cfg), DATASET_BY_NAME["cifar10"])
     assert stored.dtype.is_floating_point is False
@@ -135,8 +143,8 @@ def test_save_command_writes_a_copy_that_loads_the_same(copies, tmp_path, fmt):
     out = tmp_path / f"tiny-{fmt}"
     assert save_main(["tiny-imagenet", str(out), "--from", str(copies["tiny-imagenet"]),
                       "--format", fmt]) == 0
-    a = resolve({"dataset": "tiny-imagenet", "dataset-path": str(copies["tiny-imagenet"])})
-    b = resolve({"dataset": "tiny-imagenet", "dataset-path": str(out)})
+    a = data({"dataset": "tiny-imagenet", "dataset-path": str(copies["tiny-imagenet"])})
+    b = data({"dataset": "tiny-imagenet", "dataset-path": str(out)})
     assert load_test_split(a)["label"] == load_test_split(b)["label"]
     assert [load_partition(a, i, 3)["label"] for i in range(3)] == \
         [load_partition(b, i, 3)["label"] for i in range(3)]
@@ -144,12 +152,12 @@ def test_save_command_writes_a_copy_that_loads_the_same(copies, tmp_path, fmt):
 
 def test_missing_columns_and_paths_are_clear_errors(copies, tmp_path):
     with pytest.raises(ValueError, match="does not exist"):
-        load_partition(resolve({"dataset": "cifar10", "dataset-path": str(tmp_path / "nope")}),
+        load_partition(data({"dataset": "cifar10", "dataset-path": str(tmp_path / "nope")}),
                        0, 2)
     with pytest.raises(ValueError, match="no column 'img'"):  # a FEMNIST copy read as CIFAR-10
-        load_partition(resolve({"dataset": "cifar10", "dataset-path": str(copies["femnist"])}),
+        load_partition(data({"dataset": "cifar10", "dataset-path": str(copies["femnist"])}),
                        0, 2)
     with pytest.raises(ValueError, match="no hub copy"):
-        load_partition(resolve({"dataset": "emnist"}), 0, 2)
+        load_partition(data({"dataset": "emnist"}), 0, 2)
     with pytest.raises(ValueError, match="uoft-cs/cifar100.*set dataset-path"):  # offline here
-        load_test_split(resolve({"dataset": "cifar100"}))
+        load_test_split(data({"dataset": "cifar100"}))

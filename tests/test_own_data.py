@@ -275,9 +275,9 @@ def test_own_data_custom_dataset_in_three_formats_learns_on_the_servers_test_fol
 
 def custom_spec():
     from feddata.__main__ import DEMO_CUSTOM
-    from feddata.loading import spec_of
+    from feddata.loading import DataSettings, spec_of
 
-    return spec_of(DEMO_CUSTOM)
+    return spec_of(DataSettings.from_config({**DataSettings().as_config(), **DEMO_CUSTOM}))
 
 
 def test_own_data_custom_spec_is_the_declared_one():

@@ -105,7 +105,7 @@ def test_cifar_sized_split_is_fast():
 def test_partition_labels_equal_loading_each_partition(overrides, clients, tmp_path):
     """The summary's labels (one column read and the split's indices) against the labels of each
     loaded partition read the plain way."""
-    from feddata import load_partition
+    from feddata import DataSettings, load_partition
     from feddata.summary import partition_labels
     from run_config import resolve
 
@@ -114,8 +114,8 @@ def test_partition_labels_equal_loading_each_partition(overrides, clients, tmp_p
 
         path = getattr(hubformats, overrides)(tmp_path, np.random.default_rng(0))
         overrides = {"dataset": overrides, "dataset-path": str(path), "partitioner": "natural"}
-    cfg = resolve({**overrides, "seed": 3})
-    label = {"femnist": "character", "shakespeare": "y"}.get(cfg["dataset"], "label")
+    cfg = DataSettings.from_config(resolve({**overrides, "seed": 3}))
+    label = {"femnist": "character", "shakespeare": "y"}.get(cfg.dataset, "label")
     fast = list(partition_labels(cfg, clients))
     assert len(fast) == clients
     for pid, labels in enumerate(fast):

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from benchmarks import standins
-from feddata import load_partition, load_test_split
+from feddata import DataSettings, load_partition, load_test_split
 from feddata.specs import DATASET_BY_NAME
 from run_config import resolve
 
@@ -38,8 +38,9 @@ def test_standin_has_the_real_row_counts_and_loads_through_feddata(copies, name)
     spec = DATASET_BY_NAME[name]
     natural = spec.natural_id is not None
     clients = 2
-    cfg = resolve({"dataset": name, "dataset-path": str(copies[name]),
-                   "partitioner": "natural" if natural else "iid", "client-val-fraction": 0.0})
+    cfg = DataSettings.from_config(resolve(
+        {"dataset": name, "dataset-path": str(copies[name]),
+         "partitioner": "natural" if natural else "iid", "client-val-fraction": 0.0}))
     test = load_test_split(cfg)
     parts = [load_partition(cfg, i, clients) for i in range(clients)]
     train_rows = info["rows"]["train"]

@@ -125,11 +125,12 @@ def test_run_and_sweep_plots_are_real_images(tmp_path):
 
 
 def test_the_label_plot_counts_each_clients_labels_and_draws_them(tmp_path):
-    from feddata import load_partition
+    from feddata import DataSettings, load_partition
     from feddata.summary import label_counts
     from reporting.plots import plot_label_distribution
 
-    cfg = resolve({"partitioner": "dirichlet-balanced", "dirichlet-alpha": 0.3, "seed": 2})
+    cfg = DataSettings.from_config(
+        resolve({"partitioner": "dirichlet-balanced", "dirichlet-alpha": 0.3, "seed": 2}))
     names, counts = label_counts(cfg, 7, max_partitions=5)
     assert names == [str(d) for d in range(10)]  # digits' ClassLabel: every class, in order
     expected = [[int(np.sum(np.asarray(load_partition(cfg, i, 7)["label"]) == j))
@@ -145,11 +146,12 @@ def test_the_label_plot_counts_each_clients_labels_and_draws_them(tmp_path):
 
 def test_labels_without_class_names_are_the_values_found(tmp_path):
     import hubformats
-    from feddata import load_partition
+    from feddata import DataSettings, load_partition
     from feddata.summary import label_counts
 
     path = hubformats.celeba(tmp_path, np.random.default_rng(0))  # Smiling: a bool column
-    cfg = resolve({"dataset": "celeba", "dataset-path": str(path), "partitioner": "natural"})
+    cfg = DataSettings.from_config(
+        resolve({"dataset": "celeba", "dataset-path": str(path), "partitioner": "natural"}))
     names, counts = label_counts(cfg, 3)
     assert names == ["False", "True"]
     assert counts.tolist() == [[int(np.sum(~np.asarray(p))), int(np.sum(np.asarray(p)))]

@@ -9,7 +9,7 @@ from flwr.app import ArrayRecord, Context, RecordDict
 
 import server_app.app as server
 from fakegrid import FakeGrid, client_app_handler
-from feddata import load_client_data
+from feddata import DataSettings, load_client_data
 from strategies.population import ClientPopulation
 from models import build_model
 from run_config import resolve
@@ -113,14 +113,14 @@ def test_dynamic_clients_train_on_replaced_partitions(tmp_path):
           "seed": 1}
     results, seen = run_app(tmp_path, 6, **rc)
     expected = ClientPopulation(0.5, 2, 2.0, seed=1)
-    cfg = resolve({**rc, "local-iterations": 1})
+    data = DataSettings.from_config(resolve({**rc, "local-iterations": 1}))
     trained = {}
     for s in seen:
         assert s["config"]["num-partitions"] == 12  # the pool: 2 x 6 clients
         assert s["config"]["partition-id"] == expected.assignment(s["round"], 6)[s["node"]]
         # the client trained on that partition (LDA partitions differ in size)
         pid = s["config"]["partition-id"]
-        assert s["num-examples"] == len(load_client_data(cfg, pid, 12).train_y)
+        assert s["num-examples"] == len(load_client_data(data, pid, 12).train_y)
         trained.setdefault(s["round"], {})[s["node"]] = pid
     assert trained[1] == trained[2] == {i: i for i in range(6)}  # stage 0: slot i, partition i
     assert trained[3] == trained[4] and trained[5] != trained[3]

@@ -302,16 +302,17 @@ def test_feddc_client_weight_is_from_the_training_example_counts():
     """om_i = n_i N / sum_j n_j with n_i the client's training examples (the num-examples it
     reports; FedDC's code: the size of its training set), not the partition with its held-out
     part; an unbalanced split, so the om_i differ."""
-    from feddata.loading import load_client_data
+    from feddata.loading import DataSettings, load_client_data
     from feddata.summary import training_sizes
     from methods.feddc import client_weight
 
     cfg = resolve({"method": "feddc", "dataset": "digits", "partitioner": "lda",
                    "lda-alpha": 0.3, "client-val-fraction": 0.1, "seed": 0})
     big_n = 6
-    n = [len(load_client_data(cfg, i, big_n).train_y) for i in range(big_n)]
+    data = DataSettings.from_config(cfg)
+    n = [len(load_client_data(data, i, big_n).train_y) for i in range(big_n)]
     assert len(set(n)) > 1
-    assert training_sizes(cfg, big_n) == tuple(n)  # what the ClientApp hands the part
+    assert training_sizes(data, big_n) == tuple(n)  # what the ClientApp hands the part
     for i in range(big_n):
         assert client_weight(i, n) == pytest.approx(n[i] * big_n / sum(n), rel=1e-12)
     assert client_weight(0, ()) == 1.0  # outside a federation
@@ -330,11 +331,12 @@ def test_feddc_correction_steps_with_unequal_clients_by_hand(steps):
     (its example_code_*.py: n_minibatch); 'own' takes the steps the client took."""
     import math
 
-    from feddata.loading import load_client_data
+    from feddata.loading import DataSettings, load_client_data
     from methods.feddc import correction_steps
 
     cfg, big_n = unequal_feddc_cfg(**{"feddc-steps": steps}), 6
-    n = [len(load_client_data(cfg, i, big_n).train_y) for i in range(big_n)]
+    n = [len(load_client_data(DataSettings.from_config(cfg), i, big_n).train_y)
+         for i in range(big_n)]
     assert len(set(n)) > 1
     k_mean = 2 * math.ceil(sum(n) / big_n / 16)
     for i in range(big_n):
@@ -363,11 +365,12 @@ def test_feddc_client_sends_the_correction_of_the_authors_k():
     differ (STEPS = 4 here; the split's K is larger)."""
     import math
 
-    from feddata.loading import load_client_data
+    from feddata.loading import DataSettings, load_client_data
     from methods.feddc import client_weight
 
     cfg, big_n, pid = unequal_feddc_cfg(), 6, 2
-    n = [len(load_client_data(cfg, i, big_n).train_y) for i in range(big_n)]
+    n = [len(load_client_data(DataSettings.from_config(cfg), i, big_n).train_y)
+         for i in range(big_n)]
     k = 2 * math.ceil(sum(n) / big_n / 16)
     assert k != STEPS
     model = tiny_model()
