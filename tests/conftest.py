@@ -97,3 +97,38 @@ def pytest_collection_modifyitems(config, items):
         if len(kept) < len(items):
             config.hook.pytest_deselected(items=[i for i in items if marker in i.keywords])
             items[:] = kept
+
+
+@pytest.fixture
+def disk_full_after(monkeypatch):
+    """`disk_full_after(n)`: from then on, a file that fileio.atomic writes fails with ENOSPC (a
+    full disk) once more than n bytes were written to it."""
+    import errno
+
+    import fileio.atomic as atomic
+
+    real_fdopen = os.fdopen
+
+    def fill(after: int) -> None:
+        class Full:
+            def __init__(self, f):
+                self.f, self.n = f, 0
+
+            def write(self, data):
+                self.n += len(data)
+                if self.n > after:
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                return self.f.write(data)
+
+            def __getattr__(self, name):
+                return getattr(self.f, name)
+
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                self.f.close()
+
+        monkeypatch.setattr(atomic.os, "fdopen", lambda *a, **k: Full(real_fdopen(*a, **k)))
+
+    return fill

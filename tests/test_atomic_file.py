@@ -104,37 +104,14 @@ def test_a_dead_writers_temporary_files_are_removed_at_the_next_write_there(tmp_
 # --- issue 50: a full disk under torch's writer, /proc files read bounded, private folders ---
 @pytest.mark.parametrize("after", [0, 100, 10_000])
 def test_a_full_disk_under_torch_save_is_the_writers_error_naming_the_fix(tmp_path,
-                                                                          monkeypatch, after):
+                                                                          disk_full_after, after):
     """torch's writer turns an OSError of the file's write into a bare RuntimeError once it
     has written something: write_torch_atomic gives the OSError back (an UnusableFile naming
     the folder and the fix), and leaves no file."""
-    import errno
-
     import fileio.atomic as atomic
     from fileio.errors import UnusableFile
 
-    real_fdopen = os.fdopen
-
-    class Full:
-        def __init__(self, f):
-            self.f, self.n = f, 0
-
-        def write(self, data):
-            self.n += len(data)
-            if self.n > after:
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-            return self.f.write(data)
-
-        def __getattr__(self, name):
-            return getattr(self.f, name)
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            self.f.close()
-
-    monkeypatch.setattr(atomic.os, "fdopen", lambda *a, **k: Full(real_fdopen(*a, **k)))
+    disk_full_after(after)
     with pytest.raises(UnusableFile, match=r"No space left on device: free space on the disk "
                                            rf"that holds {tmp_path}"):
         atomic.write_torch_atomic(tmp_path / "t.pt", {"x": torch.zeros(50_000)})

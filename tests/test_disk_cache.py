@@ -484,37 +484,11 @@ def test_own_data_cached_with_labels_beyond_its_classes_is_read_again(tmp_path, 
 
 @pytest.mark.parametrize("after", [0, 1000])
 def test_a_full_disk_is_logged_and_the_node_trains_on_what_it_read(tmp_path, node_log,
-                                                                    monkeypatch, after):
+                                                                    disk_full_after, after):
     """The cache write fails (ENOSPC) at its first byte or in the middle of torch's writer
     (which turns the error into a RuntimeError): logged with the fix, no file left, the node
     trains on the data as read."""
-    import errno
-    import os
-
-    import fileio.atomic as atomic
-
-    real_fdopen = os.fdopen
-
-    class Full:
-        def __init__(self, f):
-            self.f, self.n = f, 0
-
-        def write(self, data):
-            self.n += len(data)
-            if self.n > after:
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-            return self.f.write(data)
-
-        def __getattr__(self, name):
-            return getattr(self.f, name)
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            self.f.close()
-
-    monkeypatch.setattr(atomic.os, "fdopen", lambda *a, **k: Full(real_fdopen(*a, **k)))
+    disk_full_after(after)
     cfg = data({})
     folder = tmp_path / "cache"
     part = fresh_partition(cfg, folder)
