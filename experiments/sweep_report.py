@@ -67,5 +67,5 @@ def write_report(sweep: Sweep) -> Report:
             name = f"{stem}-{slug(setting)}.png" if setting else f"{stem}.png"
             plot_ema_curves(per_method, sweep.dir / name, title=f"{sweep.dir.name}"
                             + (f" / {setting}" if setting else "") + f": {what}",
-                            target_accs=targets, ylabel=f"{what} (%)".capitalize())
+                            target_accs=targets, ylabel=f"{what[0].upper()}{what[1:]} (%)")
     return Report(rows, list(rounds), list(targets), md)

@@ -3,6 +3,7 @@
     python -m experiments.sweep sweeps/gcfed-t5-fmnist.yaml --jobs 2        # the runs (hours)
     python -m pages.fashion_mnist                      # the page's table and plots from them
     python -m pages.fashion_mnist --out-dir /root/fmnist --note '; shared with other jobs'
+    python -m pages.fashion_mnist --cells '*/*/0'      # only seed 0's cells in the table
 
 The block (between `<!-- example:fmnist-table -->` and `<!-- /example:fmnist-table -->`) holds,
 per setting, the sweep's table with the paper's EMNIST column beside each row, the plots (copied
@@ -30,14 +31,22 @@ def paper_cell(row: list | None) -> str:
     return f"{row[0]:.2f}" + (" (Failed)" if row[1] is None else f" ± {row[1]:.2f}")
 
 
-def block(out_dir: Path | None, note: str = "", docs: Path = ROOT / "docs") -> str:
-    """The page's measured block from the sweep's finished cells (it (re)writes their table);
+def block(out_dir: Path | None, note: str = "", docs: Path = ROOT / "docs",
+          cells: str = "") -> str:
+    """The page's measured block from the sweep's finished cells (it (re)writes their table),
+    only those matching `cells` ('<setting>/<method>/<seed>', as the sweep's --cells) if given;
     the plots are copied into `docs`."""
-    from experiments.sweep import is_done, load_sweep, slug, write_report
+    from fnmatch import fnmatchcase
+
+    from experiments.sweep import cell_name, is_done, load_sweep, slug, write_report
     from reporting.table import header, markdown, table_rows
     from run_config import load_setup
 
     sweep = load_sweep(SWEEP_FILE, out_dir=out_dir)
+    finished = sum(is_done(c) for c in sweep.cells)
+    total = len(sweep.cells)
+    if cells:
+        sweep.cells = [c for c in sweep.cells if fnmatchcase(cell_name(c), cells)]
     report = write_report(sweep)  # table.md, table.csv, runs.csv, the plots
     done = [c for c in sweep.cells if is_done(c)]
     method_of = {c.method: c.run_config["method"] for c in sweep.cells}
@@ -63,8 +72,10 @@ def block(out_dir: Path | None, note: str = "", docs: Path = ROOT / "docs") -> s
     rounds = ", ".join(f"{r}" for r in report.acc_at_rounds)
     return ("\n\n".join(parts)
             + f"\n\nMeasured with `python -m experiments.sweep sweeps/gcfed-t5-fmnist.yaml "
-            f"--jobs 2`: {len(done)} of its {len(sweep.cells)} cells had finished (the Seeds "
-            f"column); their ServerApps ran {seconds / 3600:.1f} hours in all, two at a time, "
+            f"--jobs 2`: {finished} of its {total} cells had finished"
+            + (f"; the table holds the {len(done)} of them that `--cells '{cells}'` names"
+               if cells else "") + " (the Seeds column); "
+            f"their ServerApps ran {seconds / 3600:.1f} hours in all, two at a time, "
             f"on {machine()}{note}. Final acc.: the test accuracy of the last round (200), "
             f"mean ± std over the seeds; Acc. at {rounds}R: its EMA; rounds to X%: the first "
             "round whose EMA reaches X. The last column is GC-Fed's Table 5 EMNIST column (5 "
@@ -75,10 +86,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pages.fashion_mnist", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out-dir", type=Path, help="the sweep's out-dir, as given to it")
+    parser.add_argument("--cells", default="", metavar="PATTERN",
+                        help="only the finished cells whose '<setting>/<method>/<seed>' matches "
+                             "(e.g. '*/*/0': seed 0 alone)")
     parser.add_argument("--note", default="",
                         help="appended to the machine description, e.g. '; shared with other jobs'")
     args = parser.parse_args(argv)
-    text = replace_block(PAGE.read_text(), "fmnist-table", block(args.out_dir, args.note))
+    text = replace_block(PAGE.read_text(), "fmnist-table",
+                         block(args.out_dir, args.note, cells=args.cells))
     PAGE.write_text(text)
     print(f"wrote {PAGE.relative_to(ROOT)}")
     return 0
