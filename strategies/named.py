@@ -35,7 +35,10 @@ PREFIX = methods.parts.CONFIG_PREFIX  # the train config's keys that carry the m
 # The run-config keys a strategy takes as keyword arguments ('-' written '_'): those the schema
 # marks `strategy` (the method's and the baselines' knobs, the clients' learning rate, the
 # screening of replies, sampling, the population); the rest configure this project's app.
-SETTINGS = frozenset(k.name for k in KEYS if k.strategy)
+def strategy_settings() -> frozenset[str]:
+    """The keys a named strategy takes as keywords: the schema's strategy keys, read when asked
+    (a method registered later, e.g. from a file, brings its knobs)."""
+    return frozenset(k.name for k in KEYS if k.strategy)
 
 
 # Flower FedAvgM's keywords, where they mean this project's settings: its momentum vector
@@ -160,15 +163,16 @@ class Method(MethodStrategy):
                              + (f" (did you mean {close[0]!r}?)" if close else "")
                              + f"; the methods: {', '.join(methods.method_names())}")
         self.settings = {k.replace("_", "-"): v for k, v in settings.items()}
+        allowed = strategy_settings()
         for key in self.settings:
-            if key not in SETTINGS:
-                close = difflib.get_close_matches(key, SETTINGS, n=1)
+            if key not in allowed:
+                close = difflib.get_close_matches(key, allowed, n=1)
                 raise ValueError(
                     f"{name}: {self._user(key)} is "
                     + ("a setting of this project's app, not of a strategy" if key in
                        KEYS_BY_NAME else "not a setting")
                     + (f" (did you mean {_kw(close[0])}?)" if close else "")
-                    + f"; the settings: {', '.join(sorted(map(_kw, SETTINGS)))}")
+                    + f"; the settings: {', '.join(sorted(map(_kw, allowed)))}")
         # a part that runs on one of this project's models only (FedMLB) says which in `model`
         objective = self.settings.get("client-objective", "preset")
         names = (methods.METHODS[method].client_parts if objective == "preset"

@@ -12,6 +12,7 @@ import methods
 from methods.registry import RegistryError
 from run_config import KEYS_BY_NAME, ConfigError, resolve
 from strategies.assembly import build_rule
+from strategies.named import Method  # imported before any method of a file is registered
 
 # The worked example of docs/extending.md#a-methods-knobs, as a user would write it.
 KICKED_MOMENTUM = '''
@@ -145,3 +146,12 @@ def test_a_knob_is_declared_once():
     finally:
         methods.unregister(SecondSeed)
     assert resolve({})["seed"] == 0
+
+
+def test_a_method_from_a_file_is_a_named_strategy_with_its_knob_as_a_keyword(kicked):
+    """strategies.Method takes the knobs of a method registered after it was imported (its
+    keywords are read when asked), and names the knob for a misspelt keyword."""
+    strategy = Method("kicked-fedavgm", kick=0.25, lr=0.05)
+    assert (strategy.cfg["kick"], strategy.cfg["lam"], strategy.cfg["lr"]) == (0.25, 0.5, 0.05)
+    with pytest.raises(ValueError, match="kik is not a setting .*did you mean kick"):
+        Method("kicked-fedavgm", kik=0.25)
