@@ -50,7 +50,7 @@ class FedACGAdamRule(momentum.MomentumRule):
 
     def __init__(self, cfg, model) -> None:
         super().__init__(cfg, model)
-        self.tau = float(cfg["fedopt-tau"])
+        self.tau: float = float(cfg["fedopt-tau"])
         self.v = None
 
     def describe(self) -> str:

@@ -50,7 +50,7 @@ class FedCMCorrection(ClientPart):
 
     def __init__(self, cfg) -> None:
         super().__init__(cfg)
-        self.a = float(cfg["fedcm-alpha"])
+        self.a: float = float(cfg["fedcm-alpha"])
 
     def begin(self, ctx) -> None:
         delta = ctx.down[DELTA].to_torch_state_dict()
@@ -81,7 +81,8 @@ class FedCMRule(momentum.MomentumRule):
         if self.lam != 0:
             raise SettingError(f"'lam' = {self.lam}: server-rule 'fedcm' has no server momentum "
                                "(FedCM's momentum is Delta); set lam = 0")
-        self.lr, self.lr_decay = float(cfg["lr"]), float(cfg["lr-decay"])
+        self.lr: float = float(cfg["lr"])
+        self.lr_decay: float = float(cfg["lr-decay"])
         self.delta = None
         # K's bound: local-iterations where set (every honest client takes exactly that many),
         # else 1e9; a larger claim (1e15 made Delta ~0) drops the reply

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from .feddyn import UNTESTED_GC, ModelStepRule
@@ -35,16 +36,44 @@ H_I_STATE, G_I_STATE = "feddc-h-i", "feddc-g-i"
 UP = {DELTA_G_RECORD: UpRecord()}  # om_i (G_i+ - G_i): one tensor per parameter, screened
 
 
-def correction_steps(cfg: dict[str, Any], steps_taken: int, sizes: Sequence[int]) -> int:
+@dataclass(frozen=True)
+class CorrectionSteps:
     """K of the correction d_i / (K lr) (docs/baselines.md#feddc). 'mean', FedDC's code: one K
     for every client, local-iterations where set, else local-epochs * ceil(mean_j n_j / batch)
     over the N partitions' training examples `sizes`; 'own' (and a local update outside a
-    federation, no sizes): the steps this client took."""
-    if cfg.get("feddc-steps", "mean") == "own" or not sizes:
-        return steps_taken
-    if cfg["local-iterations"] > 0:
-        return int(cfg["local-iterations"])
-    return int(cfg["local-epochs"]) * math.ceil(sum(sizes) / len(sizes) / cfg["batch-size"])
+    federation, no sizes): the steps this client took. Read from the run config once
+    (`from_config`); a key the chosen K does not use may be absent (None)."""
+
+    mode: str = "mean"  # 'feddc-steps'
+    local_iterations: int | None = None
+    local_epochs: int | None = None
+    batch_size: int | None = None
+
+    @classmethod
+    def from_config(cls, cfg: dict[str, Any]) -> CorrectionSteps:
+        return cls(mode=cfg.get("feddc-steps", "mean"),
+                   local_iterations=cfg.get("local-iterations"),
+                   local_epochs=cfg.get("local-epochs"), batch_size=cfg.get("batch-size"))
+
+    def k(self, steps_taken: int, sizes: Sequence[int]) -> int:
+        if self.mode == "own" or not sizes:
+            return steps_taken
+        if _given(self.local_iterations, "local-iterations") > 0:
+            return int(self.local_iterations)
+        return (int(_given(self.local_epochs, "local-epochs"))
+                * math.ceil(sum(sizes) / len(sizes) / _given(self.batch_size, "batch-size")))
+
+
+def _given(value, key: str):
+    """`value`, or the KeyError a run config without `key` gave when K read it."""
+    if value is None:
+        raise KeyError(key)
+    return value
+
+
+def correction_steps(cfg: dict[str, Any], steps_taken: int, sizes: Sequence[int]) -> int:
+    """K of the correction d_i / (K lr) from a run config (`CorrectionSteps`)."""
+    return CorrectionSteps.from_config(cfg).k(steps_taken, sizes)
 
 
 def client_weight(partition: int, sizes: Sequence[int]) -> float:
@@ -91,7 +120,9 @@ class DriftCorrection(ClientPart):
 
     def __init__(self, cfg) -> None:
         super().__init__(cfg)
-        self.alpha = float(cfg["feddc-alpha"])
+        self.alpha: float = float(cfg["feddc-alpha"])
+        self.lr: float = float(cfg["lr"])  # the undecayed base lr of K lr
+        self.steps: CorrectionSteps = CorrectionSteps.from_config(cfg)
 
     def begin(self, ctx) -> None:
         import torch
@@ -128,8 +159,8 @@ class DriftCorrection(ClientPart):
         d = torch._foreach_sub([p.detach() for p in ctx.params], self.phi)  # d_i = w_K - phi
         h_i = torch._foreach_add(self.h_i, d)
         # G_i+ - G_i = -G/om_i - d_i / (K lr)
-        k = correction_steps(self.cfg, ctx.steps_done, self.sizes)
-        delta = torch._foreach_mul(d, -1.0 / (k * float(self.cfg["lr"])))
+        k = self.steps.k(ctx.steps_done, self.sizes)
+        delta = torch._foreach_mul(d, -1.0 / (k * self.lr))
         torch._foreach_sub_(delta, self.g_over_om)
         g_i = torch._foreach_add(self.g_i, delta)
         ctx.save_state(H_I_STATE, dict(zip(self.names, h_i)))

@@ -57,7 +57,8 @@ class FeatureDecorrelation(ClientPart):
 
     def __init__(self, cfg) -> None:
         super().__init__(cfg)
-        self.beta, self.where = float(cfg["decorr-beta"]), cfg["decorr-features"]
+        self.beta: float = float(cfg["decorr-beta"])
+        self.where: str = cfg["decorr-features"]
 
     def begin(self, ctx) -> None:
         from models.features import FeatureTap

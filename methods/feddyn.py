@@ -45,7 +45,7 @@ class FedDynTerm(ClientPart):
 
     def __init__(self, cfg) -> None:
         super().__init__(cfg)
-        self.alpha = float(cfg["feddyn-alpha"])
+        self.alpha: float = float(cfg["feddyn-alpha"])
 
     def begin(self, ctx) -> None:
         import torch
@@ -151,7 +151,7 @@ class FedDynRule(ModelStepRule):
 
     def __init__(self, cfg, model) -> None:
         super().__init__(cfg, model)
-        self.alpha = float(cfg["feddyn-alpha"])
+        self.alpha: float = float(cfg["feddyn-alpha"])
 
     def describe(self) -> str:
         return (f"{self.name}: alpha={self.alpha} kappa=" +

@@ -54,7 +54,7 @@ class LogitCalibration(ClientPart):
 
     def __init__(self, cfg) -> None:
         super().__init__(cfg)
-        self.tau = float(cfg["lc-tau"])
+        self.tau: float = float(cfg["lc-tau"])
 
     def begin(self, ctx) -> None:
         import torch

@@ -50,9 +50,9 @@ class MultiLevelBranches(ClientPart):
 
     def __init__(self, cfg) -> None:
         super().__init__(cfg)
-        self.lambda1 = float(cfg["mlb-lambda1"])
-        self.lambda2 = float(cfg["mlb-lambda2"])
-        self.temperature = float(cfg["mlb-temperature"])
+        self.lambda1: float = float(cfg["mlb-lambda1"])
+        self.lambda2: float = float(cfg["mlb-lambda2"])
+        self.temperature: float = float(cfg["mlb-temperature"])
         self.preacts = None
 
     def begin(self, ctx) -> None:

@@ -60,8 +60,9 @@ class NotTrueDistillation(ClientPart):
 
     def __init__(self, cfg) -> None:
         super().__init__(cfg)
-        self.beta, self.tau = float(cfg["ntd-beta"]), float(cfg["ntd-tau"])
-        self.form = cfg["ntd-form"]
+        self.beta: float = float(cfg["ntd-beta"])
+        self.tau: float = float(cfg["ntd-tau"])
+        self.form: str = cfg["ntd-form"]
         # weight of the KL term
         self.kl_weight = self.beta * (self.tau ** 2 if self.form == "gcfed" else 1.0)
 

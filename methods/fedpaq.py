@@ -137,7 +137,9 @@ class UplinkQuantizer(UplinkCodec):
 
     def __init__(self, cfg: dict) -> None:
         super().__init__(cfg)
-        self.bits, self.tensors, self.seed = cfg["uplink-bits"], cfg["uplink-tensors"], cfg["seed"]
+        self.bits: int = cfg["uplink-bits"]
+        self.tensors: str = cfg["uplink-tensors"]
+        self.seed: int = cfg["seed"]
 
     def begin(self, ctx) -> None:
         self.phi = {k: v.detach().clone() for k, v in ctx.model.state_dict().items()}
@@ -175,7 +177,8 @@ class UplinkDecoder:
     """Rebuilds each reply's model w_i = phi + Q(d_i) in place, before screening."""
 
     def __init__(self, cfg: dict) -> None:
-        self.bits, self.tensors = cfg["uplink-bits"], cfg["uplink-tensors"]
+        self.bits: int = cfg["uplink-bits"]
+        self.tensors: str = cfg["uplink-tensors"]
 
     def decode(self, record, phi: dict):
         """The model of an encoded reply record (name -> tensor); ValueError when it is not

@@ -39,7 +39,7 @@ class ProximalTerm(ClientPart):
 
     def __init__(self, cfg) -> None:
         super().__init__(cfg)
-        self.beta = float(cfg["beta"])
+        self.beta: float = float(cfg["beta"])
 
     def begin(self, ctx) -> None:
         self.phi = [p.detach().clone() for p in ctx.params] if self.beta > 0 else []

@@ -43,7 +43,7 @@ class SolPerturbation(ClientPart):
 
     def __init__(self, cfg) -> None:
         super().__init__(cfg)
-        self.rho = float(cfg["sol-rho"])
+        self.rho: float = float(cfg["sol-rho"])
 
     def begin(self, ctx) -> None:
         self.teacher = ctx.teacher()

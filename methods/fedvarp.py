@@ -79,9 +79,9 @@ class FedVARPRule(ServerRule):
             raise SettingError("'aggregation' = 'examples': server-rule 'fedvarp' averages "
                                "uniformly over the sampled clients (y is the plain mean of the N "
                                "clients' updates); set aggregation = 'uniform'")
-        self.eta = float(cfg["eta"])
-        self.limit_mb = float(cfg["fedvarp-memory-mb"])
-        self.folder = os.path.expanduser(cfg.get("out-dir") or ".")
+        self.eta: float = float(cfg["eta"])
+        self.limit_mb: float = float(cfg["fedvarp-memory-mb"])
+        self.folder: str = os.path.expanduser(cfg.get("out-dir") or ".")
         self.theta = self.y = self.table = None
         self.seen: set[int] = set()  # clients whose y_j is not 0 (any more)
         self.row_files: list[str] = []  # the rows files of the last two checkpoints

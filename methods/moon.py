@@ -55,7 +55,8 @@ class ModelContrastive(ClientPart):
 
     def __init__(self, cfg) -> None:
         super().__init__(cfg)
-        self.mu, self.tau = float(cfg["moon-mu"]), float(cfg["moon-tau"])
+        self.mu: float = float(cfg["moon-mu"])
+        self.tau: float = float(cfg["moon-tau"])
 
     def begin(self, ctx) -> None:
         from models.features import FeatureTap

@@ -44,6 +44,11 @@ class ScaffoldCorrection(ClientPart):
     client_state = True
     untested = {"local-gc": UNTESTED_GC}
 
+    def __init__(self, cfg) -> None:
+        super().__init__(cfg)
+        self.local_momentum: float = float(cfg["local-momentum"])  # K_eff's rho
+        self.lr: float = float(cfg["lr"])  # the undecayed base lr
+
     def begin(self, ctx) -> None:
         import torch
 
@@ -65,8 +70,7 @@ class ScaffoldCorrection(ClientPart):
         import torch
         from flwr.app import ArrayRecord
 
-        scale = 1.0 / (k_eff(ctx.steps_done, float(self.cfg["local-momentum"]))
-                       * float(self.cfg["lr"]))  # lr: the undecayed base lr
+        scale = 1.0 / (k_eff(ctx.steps_done, self.local_momentum) * self.lr)
         drift = torch._foreach_sub(self.phi, [p.detach() for p in ctx.params])  # phi - w_K
         # delta-c_i = c_i+ - c_i = -c + (phi - w_K) / (K_eff lr)
         delta = torch._foreach_mul(drift, scale)
