@@ -68,10 +68,12 @@ class MomentumRule(ServerRule):
 
         if not 0 <= lam < 1:
             raise ValueError(f"lam must be in [0, 1), got {lam}")
-        self.lam, self.eta, self.lookahead = lam, eta, lookahead
-        self.aggregation = aggregation
-        self.global_gc_layers = list(global_gc_layers)
-        self.gc_vectors = gc_vectors
+        self.lam: float = lam
+        self.eta: float = eta
+        self.lookahead: bool = lookahead
+        self.aggregation: str = aggregation
+        self.global_gc_layers: list[str] = list(global_gc_layers)
+        self.gc_vectors: str = gc_vectors
         self.robust = robust or RobustConfig()  # how the updates become d (server_math/robust.py)
         self.theta = None  # global model, name -> tensor
         self.m = None  # server momentum
