@@ -268,6 +268,11 @@ def run_parallel(sweep: Sweep, todo: list[Cell], jobs: int) -> None:
                       f"{cell.seed}: {status}", flush=True)
                 if not ok:
                     sweep.failed.append(cell)
+            if getattr(pool, "_broken", False):  # a worker died: no cell can be handed out
+                print(f"a worker process died (killed, out of memory?); {len(queue)} cell(s) "
+                      "not started: run the same command to go on", flush=True)
+                sweep.failed += queue
+                break
     finally:
         for process in list(getattr(pool, "_processes", {}).values()):
             process.terminate()  # (a stop: the cells running now are run again next time)

@@ -162,7 +162,7 @@ def read_own_data(path: str, spec: DatasetSpec, dataset: str, split: str = "trai
     if names & {"dataset_dict.json", "state.json", "data"}:
         x, y = _local_copy(tree, spec, dataset, split)
         source = "local copy"
-    elif spec.idx and is_idx_folder(folder):
+    elif spec.idx and _idx_layout(folder):
         x, y = _idx_copy(tree, spec, dataset, split)
         source = "IDX files"
     elif spec.kind == "image":
@@ -312,10 +312,22 @@ def _splits(tree: _Folder) -> dict[str, list[tuple[Path, Callable]]]:
     return out
 
 
+def _idx_layout(folder: Path) -> bool:
+    """The folder holds IDX files (`idx.is_idx_folder`); OwnDataError when one is there twice
+    (plain and gzipped)."""
+    try:
+        return is_idx_folder(folder)
+    except IdxRefused as err:
+        raise OwnDataError(str(err)) from None
+
+
 def _idx_copy(tree: _Folder, spec: DatasetSpec, dataset: str, want: str):
     """(x uint8 [N, 1, H, W], y int64 [N]) of the split `want` (or the only one) of a folder of
     IDX files, each file checked by the folder's rules (links) and `idx.read_idx_split`'s."""
-    splits = idx_splits(tree.root)
+    try:
+        splits = idx_splits(tree.root)
+    except IdxRefused as err:  # both x and x.gz
+        raise OwnDataError(str(err)) from None
     name = want if want in splits else splits[0] if len(splits) == 1 else None
     if name is None:
         raise OwnDataError(f"'{tree.root}' has the IDX splits {splits} and no '{want}': its "

@@ -171,7 +171,11 @@ def load_train_test(spec: DatasetSpec, dataset_path: str, *, test_fraction: floa
     import datasets
 
     folder = Path(dataset_path).expanduser()
-    if dataset_path and spec.idx and folder.is_dir() and is_idx_folder(folder):
+    try:
+        idx = bool(dataset_path) and spec.idx and folder.is_dir() and is_idx_folder(folder)
+    except IdxRefused as err:  # both x and x.gz
+        raise DataSourceError(f"dataset-path: {err}") from None
+    if idx:
         dd = idx_dataset_dict(folder, spec, dataset)
         return train_test(dd, spec, test_fraction, seed)
     if dataset_path:

@@ -313,3 +313,19 @@ def test_the_results_page_puts_the_papers_emnist_column_beside_each_row(tmp_path
     assert sorted(p.name for p in docs.iterdir()) == [
         f"fashion-mnist-{k}-{s}.png" for k in ("acc", "ema")
         for s in ("5of100-lda0.1", "5of200-lda0.05")]
+
+
+def test_a_file_there_twice_is_refused_by_every_reader_with_its_error(tmp_path, arrays):
+    """Both x and x.gz in a folder: the server's dataset-path (DataSourceError), a node's folder
+    (OwnDataError) and feddata check (exit 1, no traceback) all name the two files."""
+    folder = write_idx_folder(tmp_path / "idx", arrays, gz=True)
+    plain = gzip.decompress((folder / "t10k-images-idx3-ubyte.gz").read_bytes())
+    (folder / "t10k-images-idx3-ubyte").write_bytes(plain)
+    with pytest.raises(DataSourceError, match="both t10k-images-idx3-ubyte and"):
+        load_test_data(cfg_for(folder, seed=7))
+    with pytest.raises(OwnDataError, match="both t10k-images-idx3-ubyte and"):
+        read_own_data(str(folder), FMNIST, "fashion-mnist")
+    out = subprocess.run([sys.executable, "-m", "feddata", "check", str(folder), "--dataset",
+                          "fashion-mnist"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert "keep one" in out.stderr

@@ -350,3 +350,38 @@ def test_cells_picks_cells_by_setting_method_and_seed(tmp_path, capsys):
     assert "matches none of the sweep's cells (e.g. 'a/FedAvg/0'" in capsys.readouterr().err
     unnamed = write(tmp_path / "u.yaml", {"methods": {"FedAvg": {"method": "fedavg"}}})
     assert main([str(unnamed), "--dry-run", "--cells=-/FedAvg/0"]) == 0
+
+
+def test_a_worker_that_dies_stops_the_parallel_sweep_with_what_to_do(tmp_path, monkeypatch,
+                                                                     capsys):
+    """--jobs: when a worker process dies (killed, out of memory) the pool is broken; the cell
+    it ran is FAILED, the cells not started are named, and nothing is handed to the broken pool
+    (a stand-in executor plays the pool)."""
+    import concurrent.futures as cf
+
+    from experiments.sweep_cells import run_parallel
+
+    class DeadPool:
+        def __init__(self, *args, **kwargs):
+            self._broken, self._processes, self.submitted = False, {}, 0
+
+        def submit(self, *args):
+            assert not self._broken, "a cell handed to a broken pool"
+            self.submitted += 1
+            self._broken = True
+            future = cf.Future()
+            future.set_exception(cf.process.BrokenProcessPool("a worker died"))
+            return future
+
+        def shutdown(self, **kwargs):
+            pass
+
+    monkeypatch.setattr(cf, "ProcessPoolExecutor", DeadPool)
+    grid = write(tmp_path / "g.yaml", {"out-dir": str(tmp_path / "out"), "seeds": [0, 1, 2],
+                                       "methods": {"FedAvg": {"method": "fedavg"}}})
+    sweep = load_sweep(grid, backend="in-process")
+    run_parallel(sweep, list(sweep.cells), jobs=1)
+    out = capsys.readouterr().out
+    assert "FedAvg / seed 0: FAILED" in out
+    assert "2 cell(s) not started: run the same command to go on" in out
+    assert [c.seed for c in sweep.failed] == [0, 1, 2]
