@@ -99,7 +99,8 @@ class ClientPart(Part):
     uses_partition_sizes: ClassVar[bool] = False
 
     def __init__(self, cfg: Config) -> None:
-        self.cfg = cfg
+        """`cfg`: the resolved run config, read here only: a part keeps the settings it uses as
+        typed attributes (e.g. `self.beta: float = float(cfg["beta"])`), not the dict."""
 
     def begin(self, ctx) -> None:
         pass
@@ -188,6 +189,10 @@ class ServerRule(Part):
     # Switches it supports that no paper combines with it: switch -> why (as ClientPart.untested)
     untested: ClassVar[dict[str, str]] = {}
     summary: ClassVar[str] = ""  # one line for the method table
+    # Reads the clients' learning rate 'lr' (and 'lr-decay'): a named strategy
+    # (strategies/named.py) knows it only from its lr=... or start's train_config, and refuses
+    # to build such a rule without it (tests/test_named_strategies.py holds every rule to it).
+    uses_lr: ClassVar[bool] = False
     # N, the number of clients (partitions) of the federation: set by the round loop before
     # each `aggregate` (rules such as SCAFFOLD's and FedDyn's weigh by it)
     num_clients: int = 0
@@ -202,7 +207,10 @@ class ServerRule(Part):
     mean_buffer = None
 
     def __init__(self, cfg: Config, model) -> None:
-        self.cfg = cfg
+        """`cfg`: the resolved run config (or a named strategy's settings,
+        `run_config.resolve_strategy`), read here only: a rule keeps the settings it uses as
+        typed attributes, not the dict. `model`: the module, or the `ModelLayout` of its
+        arrays."""
 
     def describe(self) -> str:
         """The rule and its settings, for the log."""
