@@ -174,22 +174,19 @@ class Method(MethodStrategy):
                        KEYS_BY_NAME else "not a setting")
                     + (f" (did you mean {_kw(close[0])}?)" if close else "")
                     + f"; the settings: {', '.join(sorted(map(_kw, allowed)))}")
-        # a part that runs on one of this project's models only (FedMLB): the clients, whose
-        # run config it checks, are told that model (the strategy trains whatever model the
-        # user's clients have)
-        objective = self.settings.get("client-objective", "preset")
-        names = (methods.METHODS[method].client_parts if objective == "preset"
-                 else parse_objective(objective))
-        self._to_clients: dict[str, Any] = {}
-        for part in (methods.CLIENT_PARTS.get(n) for n in names):
-            if part is not None and part.models:
-                self._to_clients.setdefault("model", part.models[0])
         try:  # the settings, typed and checked by the run config's keys (no app keys)
             self.cfg = resolve_strategy({"method": method, **self.settings})
         except ConfigError as err:  # the value's key under the name the user gave it
             text = err.sentence(self._user(err.key)) if err.key else str(err)
             raise ValueError(f"{name}: {text} (the settings are the run-config keys of "
                              "docs/configuration.md with '_' for '-')") from None
+        # a part that runs on one of this project's models only (FedMLB) tells the clients,
+        # which check their settings against it, that model in `model` (the strategy itself
+        # builds its rule for whatever model `initial_arrays` hold)
+        for part in (methods.CLIENT_PARTS[n] for n in parse_objective(
+                self.cfg["client-objective"])):
+            if part.models:
+                self.settings.setdefault("model", part.models[0])
         super().__init__(
             None, **strategy_arguments(self.cfg, min_available_nodes=min_available_nodes,
                                        identify_nodes=identify_nodes, checkpoints=False),
@@ -257,7 +254,7 @@ class Method(MethodStrategy):
             self.rule, self.up_records = build_rule(settings, layout, state)
         except ValueError as err:
             raise ValueError(f"{name}: {err}") from None
-        sent = {**self.settings, **self._to_clients, **({} if lr is None else {"lr": lr})}
+        sent = {**self.settings, **({} if lr is None else {"lr": lr})}
         self.client_config = {PREFIX + "name": self.method,
                               **{PREFIX + k: v for k, v in sent.items()}}
         if classifier:
