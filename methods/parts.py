@@ -15,7 +15,8 @@ from server_math.records import FLOATS, PARAMETERS, ReplyMetric, UpRecord  # noq
 
 from .settings import Key
 
-Config = dict[str, Any]  # a resolved run config (run_config.resolve)
+Config = dict[str, Any]  # a resolved run config (run_config.resolve), or a named strategy's
+# settings (run_config.resolve_strategy: the strategy keys only)
 # The strategies of `strategies.named` send their method to the clients in each train
 # instruction's config as keys with this prefix: 'method.name', 'method.<run-config key>' for each
 # setting given, 'method.classifier' (read by `client_app.own_app.LocalMethod`).
