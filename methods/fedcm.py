@@ -75,6 +75,7 @@ class FedCMRule(momentum.MomentumRule):
     up_metrics = {"local-steps": ReplyMetric(low=0.0, high=1e9, integer=True)}
     untested = {"lookahead": WHY_NOT_LOOKAHEAD, "global-gc": WHY_NOT_GC}
     summary = "theta += eta * d; sends Delta = -d / (K lr) (docs/baselines.md#fedcm)"
+    uses_lr = True  # Delta = -d / (K lr_t)
 
     def __init__(self, cfg, model) -> None:
         super().__init__(cfg, model)
@@ -85,8 +86,10 @@ class FedCMRule(momentum.MomentumRule):
         self.lr_decay: float = float(cfg["lr-decay"])
         self.delta = None
         # K's bound: local-iterations where set (every honest client takes exactly that many),
-        # else 1e9; a larger claim (1e15 made Delta ~0) drops the reply
-        bound = float(cfg["local-iterations"]) if cfg["local-iterations"] > 0 else 1e9
+        # else 1e9; a larger claim (1e15 made Delta ~0) drops the reply. (A named strategy's
+        # settings have no local-iterations: its clients' loop is the user's.)
+        iterations = cfg.get("local-iterations", 0)
+        bound = float(iterations) if iterations > 0 else 1e9
         self.up_metrics = {"local-steps": ReplyMetric(low=0.0, high=bound, integer=True)}
 
     def describe(self) -> str:

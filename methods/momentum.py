@@ -57,7 +57,6 @@ class MomentumRule(ServerRule):
     def with_values(cls, **values) -> MomentumRule:
         """The rule from keyword values (see `setup`) instead of a run config."""
         rule = cls.__new__(cls)
-        rule.cfg = {}
         rule.setup(**values)
         return rule
 

@@ -15,7 +15,8 @@ from server_math.records import FLOATS, PARAMETERS, ReplyMetric, UpRecord  # noq
 
 from .settings import Key
 
-Config = dict[str, Any]  # a resolved run config (run_config.resolve)
+Config = dict[str, Any]  # a resolved run config (run_config.resolve), or a named strategy's
+# settings (run_config.resolve_strategy: the strategy keys only)
 # The strategies of `strategies.named` send their method to the clients in each train
 # instruction's config as keys with this prefix: 'method.name', 'method.<run-config key>' for each
 # setting given, 'method.classifier' (read by `client_app.own_app.LocalMethod`).
@@ -99,7 +100,8 @@ class ClientPart(Part):
     uses_partition_sizes: ClassVar[bool] = False
 
     def __init__(self, cfg: Config) -> None:
-        self.cfg = cfg
+        """`cfg`: the resolved run config, read here only: a part keeps the settings it uses as
+        typed attributes (e.g. `self.beta: float = float(cfg["beta"])`), not the dict."""
 
     def begin(self, ctx) -> None:
         pass
@@ -188,6 +190,10 @@ class ServerRule(Part):
     # Switches it supports that no paper combines with it: switch -> why (as ClientPart.untested)
     untested: ClassVar[dict[str, str]] = {}
     summary: ClassVar[str] = ""  # one line for the method table
+    # Reads the clients' learning rate 'lr' (and 'lr-decay'): a named strategy
+    # (strategies/named.py) knows it only from its lr=... or start's train_config, and refuses
+    # to build such a rule without it (tests/test_named_strategies.py holds every rule to it).
+    uses_lr: ClassVar[bool] = False
     # N, the number of clients (partitions) of the federation: set by the round loop before
     # each `aggregate` (rules such as SCAFFOLD's and FedDyn's weigh by it)
     num_clients: int = 0
@@ -202,7 +208,10 @@ class ServerRule(Part):
     mean_buffer = None
 
     def __init__(self, cfg: Config, model) -> None:
-        self.cfg = cfg
+        """`cfg`: the resolved run config (or a named strategy's settings,
+        `run_config.resolve_strategy`), read here only: a rule keeps the settings it uses as
+        typed attributes, not the dict. `model`: the module, or the `ModelLayout` of its
+        arrays."""
 
     def describe(self) -> str:
         """The rule and its settings, for the log."""

@@ -187,8 +187,8 @@ def check_parts(cfg: dict[str, Any]) -> list[str]:
         if len(owners) > 1:
             problems.append(f"client parts {' and '.join(repr(o) for o in owners)} both replace "
                             f"the local update's {hook.replace('_', ' ')}: use one of them")
-    for part in parts:
-        if part.models and cfg["model"] not in part.models:
+    for part in parts:  # (a named strategy's settings name no model: it trains the user's)
+        if part.models and "model" in cfg and cfg["model"] not in part.models:
             problems.append(f"client part '{part.name}' runs only on model "
                             f"{' or '.join(repr(m) for m in part.models)} (not "
                             f"'{cfg['model']}'): set 'model' = '{part.models[0]}'")
@@ -197,7 +197,7 @@ def check_parts(cfg: dict[str, Any]) -> list[str]:
         "global-gc": (cfg["global-gc"] != "none", f"'global-gc' = '{cfg['global-gc']}'"),
         "aggregation=uniform": (cfg["aggregation"] == "uniform", "'aggregation' = 'uniform'"),
         "dynamic-clients": (cfg["dynamic-replace-prob"] > 0, "'dynamic-replace-prob' > 0"),
-        "resume": (bool(cfg["resume"]), "'resume'"),
+        "resume": (bool(cfg.get("resume")), "'resume'"),  # (a named strategy: never)
     }
     for switch, (on, shown) in switches.items():
         if on and switch not in rule.supports:

@@ -36,7 +36,35 @@ def resolve(run_config: Mapping[str, Any]) -> dict[str, Any]:
             "docs/configuration.md and in [tool.flwr.app.config] of pyproject.toml."
         )
     run_config = apply_setup(run_config)  # a paper set-up fills the keys still at their default
-    cfg = {k.name: coerce(k, run_config.get(k.name, k.default)) for k in KEYS}
+    cfg, explicit = _typed(run_config, KEYS)
+    _check_combinations(cfg, explicit)
+    return cfg
+
+
+def resolve_strategy(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """A named strategy's settings (strategies/named.py: `FedACG(lam=0.5)`, `Method(...)`),
+    typed and checked as a run config's are, by the same keys: `method` and the keys the schema
+    marks `strategy` (the method's and the baselines' knobs, the clients' learning rate, the
+    screening of replies, sampling, the population), defaults < the method's preset <
+    `settings`. The app's keys (data, model, paths, rounds, ...) are not there: a strategy in a
+    ServerApp of one's own has none of them. An error about one key's value keeps the key
+    (`ConfigError.key`), for the caller to name it as its user gave it."""
+    keys = [key for key in KEYS if key.strategy or key.name == "method"]
+    allowed = {key.name for key in keys}
+    other = sorted(set(settings) - allowed)
+    if other:
+        raise ConfigError(f"not a setting of a strategy: {', '.join(map(repr, other))}; the "
+                          f"settings: {', '.join(sorted(allowed - {'method'}))}")
+    cfg, explicit = _typed(settings, keys)
+    _check_population(cfg)
+    _check_parts(cfg, explicit)
+    return cfg
+
+
+def _typed(given: Mapping[str, Any], keys) -> tuple[dict[str, Any], set[str]]:
+    """`keys`' values, typed (`coerce`): the given one, else the default; the 'preset' ones
+    taken from `method`. Also: the preset-controlled keys given explicitly."""
+    cfg = {k.name: coerce(k, given.get(k.name, k.default)) for k in keys}
     if cfg["method"] == "auto":
         cfg["method"] = "fedacg"
     preset = PRESETS[cfg["method"]]
@@ -44,8 +72,7 @@ def resolve(run_config: Mapping[str, Any]) -> dict[str, Any]:
     for name, value in preset.items():
         if cfg[name] == PRESET:
             cfg[name] = value
-    _check_combinations(cfg, explicit)
-    return cfg
+    return cfg, explicit
 
 
 def _number_list(cfg: dict[str, Any], name: str, kind: type, low: float, high: float,
@@ -75,11 +102,7 @@ def target_accs(cfg: dict[str, Any]) -> list[float]:
 def _check_combinations(cfg: dict[str, Any], explicit: set[str]) -> None:
     acc_at_rounds(cfg)
     target_accs(cfg)
-    if cfg["dynamic-replace-prob"] > 0:
-        if cfg["dynamic-pool-factor"] <= 1:
-            raise ConfigError(
-                "run config 'dynamic-replace-prob' > 0 needs fresh partitions to hand out: set "
-                "'dynamic-pool-factor' above 1 (e.g. 2.0).")
+    _check_population(cfg)
     if cfg["partitioner"] == "natural" and cfg["dataset"] not in NATURAL_ID_DATASETS:
         raise ConfigError(
             f"run config 'partitioner' = 'natural' gives each client one writer / speaker / "
@@ -108,6 +131,13 @@ def _check_combinations(cfg: dict[str, Any], explicit: set[str]) -> None:
     _check_paths(cfg)
     _check_parts(cfg, explicit)
     _check_own_data(cfg)
+
+
+def _check_population(cfg: dict[str, Any]) -> None:
+    if cfg["dynamic-replace-prob"] > 0 and cfg["dynamic-pool-factor"] <= 1:
+        raise ConfigError(
+            "run config 'dynamic-replace-prob' > 0 needs fresh partitions to hand out: set "
+            "'dynamic-pool-factor' above 1 (e.g. 2.0).")
 
 
 def _check_own_data(cfg: dict[str, Any]) -> None:

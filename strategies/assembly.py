@@ -36,7 +36,10 @@ def strategy_arguments(cfg: dict[str, Any], *, min_available_nodes: int,
                        identify_nodes: bool | None = None,
                        checkpoints: bool | None = None) -> dict[str, Any]:
     """`MethodStrategy`'s keyword arguments that the resolved config `cfg` sets: all but the
-    server rule, what its replies hold (`up_records`) and Flower FedAvg's own keywords.
+    server rule, what its replies hold (`up_records`) and Flower FedAvg's own keywords. `cfg`:
+    a run config (`run_config.resolve`), or a named strategy's settings
+    (`run_config.resolve_strategy`), which hold no client-data (then the nodes' reports of
+    their own data are not checked: the clients are the user's).
 
     `identify_nodes`: ask each node for its partition (None: where the server rule samples by
     partition, `sampling = 'seeded'`). The clients' own state is versioned by round
@@ -54,7 +57,7 @@ def strategy_arguments(cfg: dict[str, Any], *, min_available_nodes: int,
     nodes = Nodes(seed=cfg["seed"], min_available_nodes=min_available_nodes,
                   node_wait_timeout=cfg["node-wait-timeout"], identify_nodes=identify,
                   population=population, sampling=sampling, num_clients=cfg["num-clients"],
-                  client_data=cfg["client-data"])
+                  client_data=cfg.get("client-data"))  # (None for a named strategy: no check)
     client_state = None  # which version of its own state each client starts from
     if identify and keeps_client_state(cfg):
         keep = cfg["checkpoint-every"] > 0 if checkpoints is None else checkpoints

@@ -25,13 +25,14 @@ from flwr.common import log
 import methods
 from methods.registry import parse_objective
 from models.centralization import ModelLayout
-from run_config import ConfigError, resolve
+from run_config import ConfigError, coerce, resolve_strategy
 from run_config.schema import KEYS, KEYS_BY_NAME
 
 from .assembly import build_rule, strategy_arguments
 from .round_loop import MethodStrategy
 
 PREFIX = methods.parts.CONFIG_PREFIX  # the train config's keys that carry the method
+TRAIN_CONFIG_LR = "train_config's 'lr'"  # the clients' learning rate, where lr=... is not given
 # The run-config keys a strategy takes as keyword arguments ('-' written '_'): those the schema
 # marks `strategy` (the method's and the baselines' knobs, the clients' learning rate, the
 # screening of replies, sampling, the population); the rest configure this project's app.
@@ -173,19 +174,19 @@ class Method(MethodStrategy):
                        KEYS_BY_NAME else "not a setting")
                     + (f" (did you mean {_kw(close[0])}?)" if close else "")
                     + f"; the settings: {', '.join(sorted(map(_kw, allowed)))}")
-        # a part that runs on one of this project's models only (FedMLB) says which in `model`
-        objective = self.settings.get("client-objective", "preset")
-        names = (methods.METHODS[method].client_parts if objective == "preset"
-                 else parse_objective(objective))
-        for part in (methods.CLIENT_PARTS.get(n) for n in names):
-            if part is not None and part.models:
-                self.settings.setdefault("model", part.models[0])
-        try:
-            self.cfg = resolve({"method": method, **self.settings})
+        try:  # the settings, typed and checked by the run config's keys (no app keys)
+            self.cfg = resolve_strategy({"method": method, **self.settings})
         except ConfigError as err:  # the value's key under the name the user gave it
             text = err.sentence(self._user(err.key)) if err.key else str(err)
             raise ValueError(f"{name}: {text} (the settings are the run-config keys of "
                              "docs/configuration.md with '_' for '-')") from None
+        # a part that runs on one of this project's models only (FedMLB) tells the clients,
+        # which check their settings against it, that model in `model` (the strategy itself
+        # builds its rule for whatever model `initial_arrays` hold)
+        for part in (methods.CLIENT_PARTS[n] for n in parse_objective(
+                self.cfg["client-objective"])):
+            if part.models:
+                self.settings.setdefault("model", part.models[0])
         super().__init__(
             None, **strategy_arguments(self.cfg, min_available_nodes=min_available_nodes,
                                        identify_nodes=identify_nodes, checkpoints=False),
@@ -227,46 +228,54 @@ class Method(MethodStrategy):
 
     def _build(self, arrays: ArrayRecord) -> None:
         """The server rule for these arrays' model, and what the clients are sent."""
-        name, cfg = self.label, dict(self.cfg)
-        given = dict(self._train_config or {})
+        name, given = self.label, dict(self._train_config or {})
         taken = sorted(k for k in given if k.startswith(PREFIX))
         if taken:
             raise ValueError(f"{name}: train_config has {taken}: the '{PREFIX}' keys carry the "
                              "method to the clients; rename them")
-        if "lr" in self.settings and "lr" in given and given["lr"] != self.lr:
-            raise ValueError(f"{name}: lr={self.lr} and train_config's 'lr' = {given['lr']}: give "
-                             "the clients' learning rate once")
-        lr_known = "lr" in self.settings or isinstance(given.get("lr"), (int, float))
-        if "lr" not in self.settings and lr_known:
-            cfg["lr"] = float(given["lr"])
-        elif not lr_known:
-            del cfg["lr"]  # a rule that reads it fails below, with the fix
+        lr = self._clients_lr(given)
         state = arrays.to_torch_state_dict()
         layout = ModelLayout.from_arrays(state, self.classifier)
         try:
             classifier = list(layout.classifier_names)
         except ValueError as err:
-            local_gc_needs_it = cfg["local-gc"] == "features" and cfg["gc-borderline"] == \
-                "classifier"
+            local_gc_needs_it = self.cfg["local-gc"] == "features" and \
+                self.cfg["gc-borderline"] == "classifier"
             if local_gc_needs_it or self.classifier is not None:
                 raise ValueError(f"{name}: {err}") from None
             classifier = []  # not needed: a model that ends otherwise is fine
+        rule = self.cfg["server-rule"]
+        if lr is None and methods.SERVER_RULES[rule].uses_lr:
+            raise ValueError(f"{name}: server-rule '{rule}' needs the clients' learning rate: "
+                             "pass lr=... or start(..., train_config=ConfigRecord({'lr': ...}))")
+        # the rule reads 'lr' only where it uses it (`uses_lr`): then it is the clients' own
+        settings = self.cfg if lr is None else {**self.cfg, "lr": lr}
         try:
-            self.rule, self.up_records = build_rule(cfg, layout, state)
-        except KeyError as err:
-            if err.args != ("lr",):
-                raise
-            raise ValueError(f"{name}: server-rule '{cfg['server-rule']}' needs the clients' "
-                             "learning rate: pass lr=... or start(..., train_config="
-                             "ConfigRecord({'lr': ...}))") from None
+            self.rule, self.up_records = build_rule(settings, layout, state)
         except ValueError as err:
             raise ValueError(f"{name}: {err}") from None
-        sent = {**self.settings, **({"lr": cfg["lr"]} if lr_known else {})}
+        sent = {**self.settings, **({} if lr is None else {"lr": lr})}
         self.client_config = {PREFIX + "name": self.method,
                               **{PREFIX + k: v for k, v in sent.items()}}
         if classifier:
             self.client_config[PREFIX + "classifier"] = classifier
         self._built_for = arrays
+
+    def _clients_lr(self, given: dict[str, Any]) -> float | None:
+        """The clients' learning rate: lr=..., else a number under train_config's 'lr' (typed
+        and checked by the run-config key 'lr'), else None (not known to the strategy)."""
+        name = self.label
+        if "lr" in self.settings:
+            if "lr" in given and given["lr"] != self.lr:
+                raise ValueError(f"{name}: lr={self.lr} and train_config's 'lr' = "
+                                 f"{given['lr']}: give the clients' learning rate once")
+            return self.cfg["lr"]
+        if not isinstance(given.get("lr"), (int, float)):
+            return None  # (absent, or not a number: the clients' own business)
+        try:
+            return coerce(KEYS_BY_NAME["lr"], given["lr"])
+        except ConfigError as err:
+            raise ValueError(f"{name}: {err.sentence(TRAIN_CONFIG_LR)}") from None
 
     def round_config(self, server_round: int, config: ConfigRecord) -> ConfigRecord:
         """The train instruction's config: the given one, 'lr' when the strategy sets it, the

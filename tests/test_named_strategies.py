@@ -301,11 +301,73 @@ def test_lr_set_by_the_strategy_decays_and_reaches_the_rules():
         nodes=2, rounds=2, train_config=ConfigRecord())
     assert [c["lr"] for c in configs] == [0.2, 0.2, 0.1, 0.1]
     assert {c["method.lr"] for c in configs} == {0.2}
-    # without lr=..., a rule that needs it reads train_config's (SCAFFOLD: its clients' K lr)
-    strategy = Method("scaffold", min_train_nodes=2, fraction_evaluate=0.0)
-    with pytest.raises(NothingLearned):  # (these replies lack SCAFFOLD's record: dropped)
-        run(strategy, handler, init, nodes=2, rounds=1, train_config=ConfigRecord({"lr": 0.03}))
-    assert strategy.rule.cfg["lr"] == 0.03 and configs[-1]["method.lr"] == 0.03
+    # without lr=..., a rule that needs it reads train_config's (FedCM: Delta = -d / (K lr)),
+    # and the clients are sent it (SCAFFOLD's: their K lr)
+    for method in ("fedcm", "scaffold"):
+        strategy = Method(method, min_train_nodes=2, fraction_evaluate=0.0)
+        with pytest.raises(NothingLearned):  # (these replies lack the method's metric, record)
+            run(strategy, handler, init, nodes=2, rounds=1,
+                train_config=ConfigRecord({"lr": 0.03}))
+        assert configs[-1]["method.lr"] == 0.03 and configs[-1]["method.name"] == method
+        if method == "fedcm":
+            assert strategy.rule.lr == 0.03
+
+
+def test_train_configs_lr_is_checked_as_the_run_configs():
+    init = random_state(0)
+    handler = deltas(small_deltas(0, 2, init), [1, 1], [])
+    for bad in (0.0, -0.1, 2000.0, True):
+        with pytest.raises(ValueError, match=r"FedACG: train_config's 'lr' = .*(out of range|"
+                                             r"expected float); allowed: float in \(0, 1000\]"):
+            run(FedACG(min_train_nodes=2), handler, init, nodes=2,
+                train_config=ConfigRecord({"lr": bad}))
+
+
+def test_the_rules_that_read_lr_say_so():
+    """A named strategy refuses to build a rule that reads the clients' learning rate when it
+    has none (`ServerRule.uses_lr`): every registered rule, built without 'lr', fails on it
+    exactly when it says it uses it."""
+    import methods
+    from run_config import resolve_strategy
+    from strategies.assembly import build_rule
+
+    state = build_model("cnn", (1, 8, 8), 10, seed=0).state_dict()
+    layout = ModelLayout.from_arrays(state)
+    seen = set()
+    for name in methods.method_names():
+        settings = resolve_strategy({"method": name})
+        rule = settings["server-rule"]
+        if rule in seen:
+            continue
+        seen.add(rule)
+        without = {k: v for k, v in settings.items() if k != "lr"}
+        try:
+            build_rule(without, layout, state)
+            reads_lr = False
+        except KeyError as err:
+            assert err.args == ("lr",), (rule, err)
+            reads_lr = True
+        assert reads_lr == methods.SERVER_RULES[rule].uses_lr, rule
+    assert {"fedcm", "momentum", "scaffold", "feddc", "fedadam"} <= seen
+
+
+def test_a_named_strategys_settings_are_the_apps_for_its_keys_and_no_others():
+    """The settings a named strategy builds its rule from: the run config's values of the
+    strategy keys (same defaults, presets and types), and none of the app's keys."""
+    import methods
+    from run_config import KEYS
+
+    strategy_keys = {k.name for k in KEYS if k.strategy} | {"method"}
+    for name in methods.method_names():
+        ours = Method(name).cfg
+        assert set(ours) == strategy_keys, name
+        parts = [methods.CLIENT_PARTS[p] for p in methods.METHODS[name].client_parts]
+        model = [p.models[0] for p in parts if p.models][:1]  # FedMLB: ResNet-18's
+        app = resolve({"method": name, **({"model": model[0]} if model else {})})
+        assert ours == {k: app[k] for k in strategy_keys}, name
+    ours = FedAGM(tau=2, alpha=0.5, lr=1).cfg  # typed as the run config types them
+    assert (ours["eta"], ours["alpha"], ours["lr"]) == (2.0, 0.5, 1.0)
+    assert type(ours["eta"]) is float and type(ours["lr"]) is float
 
 
 def test_every_method_is_reachable_by_name_from_arrays_alone():
