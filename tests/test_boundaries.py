@@ -275,3 +275,124 @@ def test_own_data_idx_labels_at_their_boundaries(tmp_path, label, ok):
         with pytest.raises(IdxRefused, match=f"has label {label}, outside"):
             read_idx_split(tmp_path, "train", shape=(28, 28), num_classes=10,
                            dataset="fashion-mnist")
+
+
+# --- results files: results.json's fields and rows ------------------------------------------
+
+def results(config=None, rows=None, **fields) -> dict:
+    return {"config": {"num-server-rounds": 2, **(config or {})},
+            **({"rounds": rows} if rows is not None else {}), **fields}
+
+
+RESULTS_CASES = [  # (results.json's content, the words of the problem, or None)
+    (results(), None),
+    (results({"num-server-rounds": 0}), None),  # zero rounds: a run that trained nothing
+    (results({"num-server-rounds": -1}), "num-server-rounds"),
+    (results({"num-server-rounds": True}), "num-server-rounds"),  # a bool where an int goes
+    (results({"num-server-rounds": 2.0}), "num-server-rounds"),  # a float where an int goes
+    (results(rows=[{"round": 0}]), None),  # round 0 (the initial evaluation)
+    (results(rows=[{"round": -1}]), "row 0 has round -1"),
+    (results(rows=[{"round": 1}, {"round": 1}]), "row 1 has round 1"),  # not rising
+    (results(rows=[{"round": True}]), "row 0 has round True"),
+    (results(rows=[{"round": 1, "acc": 1.7976931348623157e308}]), None),  # the largest float
+    (results(rows=[{"round": 1, "acc": None}]), None),  # null: not measured
+    (results(rows=[{"round": 1, "acc": True}]), "'acc' = True"),
+    (results(rows=[{"round": 1, "acc": "0.5"}]), "'acc' = '0.5'"),
+    (results(**{"flower-run-id": 2 ** 63}), None),
+    (results(**{"flower-run-id": False}), "flower-run-id"),
+    (results(**{"flower-run-ids": [1, True]}), "flower-run-ids"),
+    (results(summary={"complete": 1}), "complete"),  # 1 is no boolean
+    (results(summary={"final-acc": True}), "final-acc"),
+    (results(summary={"final-acc": None}), None),
+    ([], "JSON list"),
+]
+
+
+@pytest.mark.parametrize("data, problem", RESULTS_CASES,
+                         ids=[f"{i}" for i in range(len(RESULTS_CASES))])
+def test_results_file_fields_at_their_boundaries(data, problem):
+    from reporting.results_file import results_problem
+
+    got = results_problem(data)
+    if problem is None:
+        assert got is None
+    else:
+        assert got is not None and problem in got, got
+
+
+@pytest.mark.parametrize("text", ["NaN", "Infinity", "-Infinity"])
+def test_results_file_with_a_non_finite_number_is_refused_naming_it(tmp_path, text):
+    """JSON's NaN / Infinity (Python writes them, JSON has none): refused, naming the file."""
+    from fileio.errors import UnusableFile
+    from reporting.results_file import read_results
+
+    (tmp_path / "results.json").write_text(
+        '{"config": {"num-server-rounds": 1}, "rounds": [{"round": 1, "acc": %s}]}' % text)
+    with pytest.raises(UnusableFile, match="results.json is not valid JSON"):
+        read_results(tmp_path)
+
+
+# --- bounded file reads: the size limit, and a file that changes while read -------------------
+
+@pytest.mark.parametrize("size, limit, ok", [
+    (0, 0, True),  # an empty file under a zero limit
+    (10, 10, True),  # exactly the limit
+    (11, 10, False),  # one byte past it
+    (1, 0, False),
+], ids=["empty-at-zero", "at-limit", "one-past", "one-past-zero"])
+def test_bounded_read_at_its_limit(tmp_path, size, limit, ok):
+    from fileio.errors import UnusableFile
+    from fileio.reading import read_bounded
+
+    path = tmp_path / "f"
+    path.write_bytes(b"x" * size)
+    if ok:
+        assert read_bounded(path, limit) == b"x" * size
+    else:
+        with pytest.raises(UnusableFile, match=f"more than the {limit} bytes"):
+            read_bounded(path, limit)
+
+
+def test_bounded_read_of_a_file_that_grows_while_read(tmp_path, monkeypatch):
+    """The size is taken once (fstat), then read: bytes beyond it mean the file grew in between
+    (here: the size taken before a writer appended 5 bytes); refused, not half read."""
+    import os
+
+    from fileio import reading
+    from fileio.errors import UnusableFile
+
+    path = tmp_path / "f"
+    path.write_bytes(b"x" * 10)
+    real_fstat = os.fstat
+
+    def fstat_then_append(fd):
+        st = real_fstat(fd)
+        with open(path, "ab") as f:
+            f.write(b"y" * 5)
+        return st
+
+    monkeypatch.setattr(reading.os, "fstat", fstat_then_append)
+    with pytest.raises(UnusableFile, match="grew while it was read"):
+        reading.read_bounded(path, 100)
+
+
+def test_bounded_read_of_a_file_that_shrinks_while_read(tmp_path, monkeypatch):
+    """A file cut short after its size was taken: what is there is read, never more than the
+    limit (the JSON reader then refuses the cut text as no valid JSON, naming the file)."""
+    import os
+
+    from fileio import reading
+    from fileio.errors import UnusableFile
+
+    path = tmp_path / "results.json"
+    path.write_text('{"config": {"num-server-rounds": 1}}')
+    real_fstat = os.fstat
+
+    def fstat_then_cut(fd):
+        st = real_fstat(fd)
+        os.truncate(path, 10)
+        return st
+
+    monkeypatch.setattr(reading.os, "fstat", fstat_then_cut)
+    with pytest.raises(UnusableFile, match="results.json is not valid JSON"):
+        reading.read_json_bounded(path, 100)
