@@ -202,7 +202,8 @@ def class_indices(values) -> np.ndarray:
     floats that are whole numbers; LabelRefused naming the first other one (no label, 2.7, 'cat',
     a number beyond int64). Never truncated (docs/data.md#labels)."""
     arr = np.asarray(values)
-    if arr.ndim == 1 and arr.dtype.kind in "iub":
+    if arr.ndim == 1 and arr.dtype.kind in "iub" and not (
+            arr.dtype.kind == "u" and arr.size and arr.max() >= 2**63):  # (beyond int64: below)
         return arr.astype(np.int64)
     if arr.ndim == 1 and arr.dtype.kind == "f":
         whole = np.isfinite(arr) & (arr == np.round(arr)) & (np.abs(arr) < 2.0**62)
