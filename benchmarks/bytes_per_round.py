@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import shutil
 import sys
@@ -110,7 +111,6 @@ def main(argv: list[str] | None = None) -> int:
                         help="ResNet-18-GN on a small CIFAR-shaped local copy, 2 clients, 1 "
                         f"round (default methods: {RESNET18_METHODS}; fedavg is always added)")
     args = parser.parse_args(argv)
-    import logging
 
     import methods
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import shutil
 import statistics
 import sys
@@ -100,8 +101,6 @@ def watch(rounds: list):
 
 def measure(method: str, split: str, folder: Path, seed: int = 0, rounds: int = ROUNDS) -> dict:
     """{quantity: [ratios of every reply of every round]} of one clean run."""
-    import logging
-
     import torch
 
     from inprocess import run_in_process

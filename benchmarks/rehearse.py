@@ -32,6 +32,7 @@ import json
 import math
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -240,8 +241,6 @@ def plan(args) -> list[tuple[str, str | None]]:
 
 def why(run: dict) -> str:
     """One line of a failed run's error: the first that says what failed."""
-    import re
-
     text = re.sub(r"\x1b\[[0-9;]*m", "", run.get("error") or "")
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     said = [ln for ln in lines if "failed" in ln.lower() or "error" in ln.lower()]

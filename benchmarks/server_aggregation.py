@@ -37,6 +37,7 @@ included. tracemalloc would not see torch's allocations.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import gc
 import json
 import logging
@@ -47,15 +48,15 @@ import statistics
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
 import torch
-
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 
-from models import build_model
 from inprocess import InProcessGrid
+from models import build_model
 
 ROOT = Path(__file__).resolve().parents[1]
 NUM_EXAMPLES = 500  # each reply's claim; also the largest partition (num-examples-check)
@@ -166,8 +167,6 @@ def touch(replies: list) -> int:
 def time_pairs(model_name: str, n: int, repeats: int) -> dict:
     """`repeats` rounds, each timing the floor and the app on the round's replies (in the order
     floor, app in odd rounds and app, floor in even ones), in milliseconds."""
-    import warnings
-
     from models.wire import state_view
 
     model, replies, grid, strategy, arrays = setup(model_name, n)
@@ -223,8 +222,6 @@ def peak_above_replies(kind: str, model_name: str, n: int) -> float | None:
     gc.collect()
     touch(answers)
     try:  # memory freed earlier goes back to the system: what the aggregation takes is new
-        import ctypes
-
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):
         pass

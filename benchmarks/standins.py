@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import fcntl
 import gzip
 import io
 import json
@@ -308,7 +309,6 @@ def ensure(name: str, scale: float = 1.0, data_dir: Path | None = None, seed: in
     pass as dataset-path."""
     if name not in WRITERS:
         raise ValueError(f"no stand-in for {name!r}; one of {list(WRITERS)}")
-    import fcntl
 
     folder = folder_of(name, scale, data_dir)
     folder.parent.mkdir(parents=True, exist_ok=True)

@@ -32,7 +32,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from flwr.app import ArrayRecord
 
+from feddata.disk_cache import cache_dir
 from fileio.atomic import without_checksum, write_torch_checksummed
 from fileio.reading import memory_bytes, read_bounded
 
@@ -140,8 +142,6 @@ class ContextVersions:
         return None if record is None else record.to_torch_state_dict()
 
     def write(self, name: str, server_round: int, tensors: dict[str, torch.Tensor]) -> None:
-        from flwr.app import ArrayRecord
-
         self.state[f"{self.prefix}{name}.r{server_round}"] = ArrayRecord(tensors)
 
     def rounds(self, name: str) -> list[int]:
@@ -230,8 +230,6 @@ def _check_name(name: str) -> None:
 
 def store_for(config, partition: int, node_config, state) -> ClientStateStore | None:
     """The store of this train message (None when the server keeps no client state)."""
-    from feddata.disk_cache import cache_dir
-
     if RUN_KEY not in config:
         return None
     token = str(config[RUN_KEY])

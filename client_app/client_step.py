@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from flwr.app import ArrayRecord
 from torch import nn
 
 from models.centralization import centralize_
@@ -95,8 +96,6 @@ class LocalContext:
 
     def save_state(self, name: str, tensors: dict[str, torch.Tensor]) -> None:
         """Keep `tensors` as this client's state `name` for its next round."""
-        from flwr.app import ArrayRecord
-
         if self.store is not None:
             return self.store.save(name, tensors)
         if self.state is None:

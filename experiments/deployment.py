@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -81,8 +82,6 @@ def wait_until(check, timeout: float, what: str, background: Background | None =
 
 def healthy(port: int, ca: Path) -> bool:
     """Whether https://127.0.0.1:`port`/health answers (TLS verified against `ca`)."""
-    import ssl
-
     context = ssl.create_default_context(cafile=str(ca))  # (it names 127.0.0.1)
     try:
         with urllib.request.urlopen(f"https://127.0.0.1:{port}/health", timeout=2,

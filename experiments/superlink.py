@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pwd
 import re
 import secrets
 import shutil
@@ -411,8 +412,6 @@ def port_holder(port: int) -> PortHolder | None:
 
 
 def _user(uid: int) -> str:
-    import pwd
-
     try:
         return pwd.getpwuid(uid).pw_name
     except KeyError:

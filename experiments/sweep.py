@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
+from fnmatch import fnmatchcase
 from pathlib import Path
 
 from .sweep_cells import (cell_name, cells_to_run, command, is_done, is_result, num_nodes_of,
@@ -71,8 +72,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     if args.cells:
-        from fnmatch import fnmatchcase
-
         chosen = [c for c in sweep.cells if fnmatchcase(cell_name(c), args.cells)]
         if not chosen:
             print(f"error: --cells '{args.cells}' matches none of the sweep's cells (e.g. "

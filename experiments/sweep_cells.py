@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import json
 import logging
+import multiprocessing
 import os
 import re
 import signal
 import subprocess
 import time
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -238,9 +240,6 @@ def _progress(done: int, total: int, started: float, last: float) -> str:
 def run_parallel(sweep: Sweep, todo: list[Cell], jobs: int) -> None:
     """In-process cells, `jobs` at a time, each in a worker process of its own with
     cpu-count / jobs threads; one line per cell as it ends."""
-    import multiprocessing
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-
     threads = max(1, (os.cpu_count() or 1) // jobs)
     print(f"in-process: {jobs} cells at a time, {threads} thread(s) each; each cell's round "
           f"lines are in its {LOGS['in-process']}", flush=True)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from fileio.atomic import write_text_atomic
 from reporting.metrics import curve, run_summary
+from reporting.plots import plot_ema_curves
 from reporting.table import MethodRuns, comparison, runs_csv
 from run_config import acc_at_rounds, resolve, target_accs
 
@@ -59,7 +60,6 @@ def write_report(sweep: Sweep) -> Report:
     write_text_atomic(sweep.dir / "table.md", md)
     write_text_atomic(sweep.dir / "table.csv", csv_text)
     write_text_atomic(sweep.dir / "runs.csv", runs_csv(cells, rounds, targets))
-    from reporting.plots import plot_ema_curves
 
     for key, what, stem in (("ema-acc", "EMA test accuracy", "ema"),
                             ("test-acc", "test accuracy", "acc")):

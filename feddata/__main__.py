@@ -24,12 +24,20 @@
 from __future__ import annotations
 
 import argparse
+import io
 import sys
+from pathlib import Path
+
+import numpy as np
+
+from .digits import load_digits_dataset
+from .loading import _quiet_datasets
+from .own_data import OwnDataError, own_data_partition
+from .settings import DataSettings
+from .specs import DATASETS, DataSettingError
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .specs import DATASETS
-
     datasets = (*DATASETS, "custom")
     parser = argparse.ArgumentParser(prog="python -m feddata", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -53,7 +61,6 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--images", action="store_true",
                       help="PNG images for dataset 'custom', formats in turn, and server-test/")
     args = parser.parse_args(argv)
-    from .loading import _quiet_datasets
 
     _quiet_datasets()
     if args.command == "demo-folders":
@@ -62,9 +69,6 @@ def main(argv: list[str] | None = None) -> int:
             print(folder)
         print(f"run config: {demo_run_config(args.out, args.images)}")
         return 0
-    from .own_data import OwnDataError, own_data_partition
-    from .settings import DataSettings
-    from .specs import DataSettingError
 
     settings = DataSettings(  # (the held-out share's size does not depend on the seed: 0)
         dataset=args.dataset, custom_classes=args.classes, custom_shape=args.shape,
@@ -96,8 +100,6 @@ OPTIONS = ("--client-val-fraction for client-val-fraction, --classes for custom-
 
 def _owners(labels, nodes: int, rng):
     """Each example's node: each label mostly (80 %) to one node, the rest spread."""
-    import numpy as np
-
     owner = np.empty(len(labels), dtype=np.int64)
     for label in range(10):
         idx = np.flatnonzero(labels == label)
@@ -110,12 +112,6 @@ def _owners(labels, nodes: int, rng):
 def demo_folders(out: str, nodes: int, seed: int = 0) -> list:
     """Digits' examples dealt to `nodes` disjoint folders, label-skewed: each label goes mostly
     (80 %) to one node, the rest spread over the others. Returns the folders."""
-    from pathlib import Path
-
-    import numpy as np
-
-    from .digits import load_digits_dataset
-
     if nodes < 1:
         raise SystemExit("--nodes must be at least 1")
     ds = load_digits_dataset()
@@ -138,8 +134,6 @@ DEMO_CUSTOM = {"dataset": "custom", "custom-classes": 10, "custom-shape": "1,8,8
 def demo_run_config(out: str, images: bool) -> str:
     """The run config that reads the demo folders in `out` (flwr run's --run-config string):
     the digits as they are, or as images (DEMO_CUSTOM, with the server's test folder)."""
-    from pathlib import Path
-
     if not images:
         return "client-data='own'"  # dataset 'digits' (the default): the server's test split
     keys = {**DEMO_CUSTOM, "test-data": str(Path(out).resolve() / "server-test")}
@@ -150,12 +144,6 @@ def demo_image_folders(out: str, nodes: int, seed: int = 0) -> list:
     """Digits as 8x8 grey PNG images (dataset 'custom': DEMO_CUSTOM), a fifth held out as the
     server's test set (`<out>/server-test`, an image folder), the rest dealt to `nodes` disjoint,
     label-skewed folders in the formats DEMO_FORMATS in turn. Returns the node folders."""
-    from pathlib import Path
-
-    import numpy as np
-
-    from .digits import load_digits_dataset
-
     if nodes < 1:
         raise SystemExit("--nodes must be at least 1")
     ds = load_digits_dataset()
@@ -176,8 +164,6 @@ def demo_image_folders(out: str, nodes: int, seed: int = 0) -> list:
 
 
 def _write_images(folder, pixels, labels, fmt: str) -> None:
-    import io
-
     from PIL import Image as PILImage
 
     images = [PILImage.fromarray(p, mode="L") for p in pixels]

@@ -14,7 +14,9 @@ evaluation.
 
 from __future__ import annotations
 
+import io
 import math
+import warnings
 
 import numpy as np
 import torch
@@ -54,8 +56,6 @@ def open_image(source):
     """The image in `source` (a path or a binary file) with its header read and nothing decoded;
     PixelsRefused for what is no image, an image of several frames, or one whose header
     declares more pixels than PIL's decompression-bomb limit."""
-    import warnings
-
     from PIL import Image
 
     try:
@@ -145,8 +145,6 @@ def _image_array(img, mode: str, size: tuple[int, int]) -> np.ndarray:
     from PIL import Image
 
     if isinstance(img, dict):  # undecoded {"bytes", "path"}
-        import io
-
         img = open_image(io.BytesIO(img["bytes"]) if img.get("bytes") else img["path"])
     img = pixels_8bit(img)
     if img.mode != mode:

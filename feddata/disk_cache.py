@@ -12,6 +12,11 @@ Where: node config `cache-dir` (`flower-supernode --node-config "... cache-dir='
 else the environment variable FEDACG_CACHE_DIR, else `$XDG_CACHE_HOME/fedacg-gc/partitions`
 (default `~/.cache/fedacg-gc/partitions`). The value `off` disables the disk cache.
 
+In a Ray simulation the ServerApp, which reads the training split for the split summary
+anyway, writes every partition's file before round 1 (`prepare_partitions`, in the same
+folder: a simulated node has no node config of its own), so the ClientApp's actors load files
+and import no `datasets` (docs/performance.md#the-simulations-memory).
+
 Key: every run-config key of the `data` group of `run_config/schema.py` plus `seed`
 (`CACHE_KEY_NAMES`, a superset of `feddata.loading.DATA_KEYS`; a test keeps it equal to the
 schema's data group, so a data key added there must be added here), the partition id and
@@ -237,6 +242,31 @@ def load_prepared_partition(
     return _cached(cache_file(folder, key), key,
                    lambda: _build(settings, partition_id, num_partitions), settings)
 
+
+def prepare_partitions(settings: DataSettings, num_partitions: int, folder: Path) -> int:
+    """Every partition's file in `folder`, built where none is there, none kept in this
+    process's memory; returns how many were built. The ServerApp of a Ray simulation, whose
+    process has read the data for the split summary, calls it before round 1, so that the
+    ClientApp's actors load their files and never import `datasets` (with pandas and pyarrow:
+    docs/performance.md#the-simulations-memory). A file there is checked by the client that
+    reads it (rebuilt when it does not fit); a folder that is not private or a failed write
+    only leaves the building to the clients (logged)."""
+    from .loading import forget_client_data
+
+    built = 0
+    try:
+        private_folder(folder, "the data cache folder")
+        for partition_id in range(num_partitions):
+            key = cache_key(settings, partition_id, num_partitions)
+            path = cache_file(folder, key)
+            if path.is_file():
+                continue
+            _write(path, key, _build(settings, partition_id, num_partitions))
+            forget_client_data()  # (a decoded copy: the clients hold theirs)
+            built += 1
+    except OSError as err:  # (UnusableFile) the clients build what is missing
+        _log().warning("partitions not prepared for the clients (%s)", err)
+    return built
 
 def folder_listing(folder: Path) -> tuple[str, int]:
     """(sha256 of the listing, entries) of everything under `folder` that the reader may read:

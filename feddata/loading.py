@@ -14,11 +14,17 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+
 import numpy as np
 import torch
 
+from .decode import input_tensor, label_tensor, normalize
+from .digits import load_digits_dataset
+from .own_data import read_own_data
 from .partition import held_out_size
+from .partitioners import build_partitioner
 from .settings import DATA_KEYS, DataSettings, SplitSettings  # noqa: F401  (re-exported)
+from .sources import DataSourceError, load_train_test
 from .specs import DATASET_BY_NAME, DatasetSpec, spec_of  # noqa: F401  (spec_of: re-exported)
 
 
@@ -37,8 +43,6 @@ def _quiet_datasets() -> None:
 
 
 def _digits_train_test(test_fraction: float, seed: int):
-    from .digits import load_digits_dataset
-
     split = load_digits_dataset().train_test_split(
         test_size=test_fraction, seed=seed, stratify_by_column="label")
     return split["train"], split["test"]
@@ -49,8 +53,6 @@ class _Source:
     loaded on first use."""
 
     def __init__(self, settings: SplitSettings, num_partitions: int):
-        from .partitioners import build_partitioner
-
         self.settings = s = settings
         spec = DATASET_BY_NAME[s.dataset]
         self.partitioner = build_partitioner(
@@ -76,8 +78,6 @@ class _Source:
 
     def _from_hub_or_copy(self) -> tuple:
         """(train, test) of the hub or the local copy; hub failures explained."""
-        from .sources import DataSourceError, load_train_test
-
         s = self.settings
         name = s.dataset
         try:
@@ -119,8 +119,6 @@ def check_shards(settings: SplitSettings, num_partitions: int, train_examples: i
     training examples into num-partitions * shards-per-client shards of one example or more."""
     shards = num_partitions * settings.shards_per_client
     if shards > train_examples:
-        from .sources import DataSourceError
-
         raise DataSourceError(
             f"the shards split needs {shards} shards ({num_partitions} clients x "
             f"shards-per-client = {settings.shards_per_client}) of at least one example, and "
@@ -152,8 +150,6 @@ def load_partition(settings: SplitSettings, partition_id: int, num_partitions: i
 
 def to_tensors(ds, spec: DatasetSpec, ready: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """(inputs, labels) of `ds`; inputs normalized for the model when `ready`, else as stored."""
-    from .decode import input_tensor, label_tensor, normalize
-
     x = input_tensor(ds, spec)
     return (normalize(x, spec) if ready else x), label_tensor(ds, spec)
 
@@ -176,6 +172,10 @@ def load_client_data(settings: SplitSettings, partition_id: int,
     """Client `partition_id`'s training (stored) and held-out (normalized) tensors, cached."""
     return _client_data(settings.split(), partition_id, num_partitions)
 
+
+def forget_client_data() -> None:
+    """Drop the partitions `load_client_data` keeps in this process."""
+    _client_data.cache_clear()
 
 def load_test_split(settings: SplitSettings, num_partitions: int = 1):
     """The server's test split (a `datasets.Dataset`), cut to test-max-examples if set."""
@@ -201,8 +201,6 @@ def load_test_data(settings: DataSettings) -> tuple[torch.Tensor, torch.Tensor] 
         return None
     if source == "dataset":
         return _test(settings.split())
-    from .decode import normalize
-    from .own_data import read_own_data
 
     spec = spec_of(settings)
     data = read_own_data(source, spec, settings.dataset, split="test", key="test-data")

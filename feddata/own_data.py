@@ -30,6 +30,7 @@ without an image suffix) is listed in `OwnData.skipped`, one line per reason.
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import re
@@ -44,13 +45,14 @@ import torch
 from fileio.names import plain_name
 from fileio.reading import kind_of, open_regular, read_json_bounded
 
+from .decode import (IMAGE_SUFFIXES, LabelRefused, PixelsRefused, char_indices, class_indices,
+                     normalize, open_image, pixels_8bit, shown_size)
 from .idx import (IMAGES, LABELS, SPLIT_PREFIXES, IdxRefused, idx_splits, is_idx_folder,
                   read_idx_split)
-from .decode import (IMAGE_SUFFIXES, LabelRefused, PixelsRefused, char_indices, class_indices,
-                     open_image, pixels_8bit, shown_size)
-from .sources import MARKER_LIMIT, DataSourceError, split_names
+from .partition import PreparedPartition, held_out_size
 from .settings import DataSettings
-from .specs import LEAF_CHARS, DatasetSpec
+from .sources import MARKER_LIMIT, DataSourceError, split_names
+from .specs import LEAF_CHARS, DatasetSpec, own_data_settings
 
 LABEL_FOLDER = re.compile(r"0|[1-9][0-9]*")  # a label index written plainly
 SYSTEM_FILES = {"thumbs.db", "desktop.ini"}  # (hidden ones: any name starting with '.')
@@ -444,8 +446,6 @@ def _examples(table, spec: DatasetSpec, dataset: str, file: Path):
 
 def _image_row(value, spec: DatasetSpec, dataset: str, where: str) -> np.ndarray:
     """A row's image: the bytes of an image file (datasets' Image feature, or plain binary)."""
-    import io
-
     if isinstance(value, dict):
         data = value.get("bytes")
         if data is None and value.get("path"):
@@ -507,9 +507,6 @@ def load_own_data(path: str, spec: DatasetSpec, dataset: str, *,
 def split_held_out(data: OwnData, spec: DatasetSpec, val_fraction: float, seed: int):
     """(train_x, train_y, val_x, val_y): `val_fraction` of the examples held out at random
     (seeded) for federated evaluation, normalized; the rest as stored, for training."""
-    from .decode import normalize
-    from .partition import held_out_size
-
     n = len(data.y)
     val_n = held_out_size(n, val_fraction)
     order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
@@ -521,9 +518,6 @@ def own_data_partition(settings: DataSettings, path: str, *, follow_links: bool 
     """(OwnData, PreparedPartition): the folder as read, and as the ClientApp trains on it. The
     one path of a node and of `python -m feddata check`: the data keys checked by their ranges
     (`specs.own_data_settings`), the folder read, `client-val-fraction` held out."""
-    from .partition import PreparedPartition
-    from .specs import own_data_settings
-
     spec = own_data_settings(settings)
     data = load_own_data(path, spec, settings.dataset, follow_links=follow_links)
     return data, PreparedPartition(

@@ -23,6 +23,7 @@ import numpy as np
 from fileio.reading import open_regular
 
 from . import idx
+from .sources import local_copy_kwargs
 from .specs import DATASET_BY_NAME
 
 # EMNIST ByClass: 10 digits, 26 upper-case, 26 lower-case letters (emnist-byclass-mapping.txt).
@@ -93,8 +94,6 @@ def load_source(name: str, source: str | None = None, idx_folder: str | None = N
         return emnist_from_idx(idx_folder) if name == "emnist" else \
             images_from_idx(idx_folder, name)
     if source:
-        from .sources import local_copy_kwargs
-
         return datasets.load_dataset(**local_copy_kwargs(source))
     if not spec.hub:
         raise SystemExit(f"{name} has no hub copy: give --from-idx (EMNIST) or --from")

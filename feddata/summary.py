@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from .loading import _source, load_partition, spec_of
+from .partition import held_out_size
 from .partitioners import column
 from .settings import DataSettings
 
@@ -43,8 +44,6 @@ def label_counts(settings: DataSettings, num_partitions: int, max_partitions: in
 def training_sizes(settings: DataSettings, num_partitions: int) -> tuple[int, ...]:
     """n_j: the training examples of every partition (its held-out part removed), in partition
     order; for the client parts that weigh clients by them (FedDC)."""
-    from .partition import held_out_size
-
     sizes = (len(labels) for labels in partition_labels(settings, num_partitions))
     return tuple(n - held_out_size(n, settings.client_val_fraction) for n in sizes)
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import io
 import os
 import re
 import secrets
@@ -193,8 +194,6 @@ def write_torch_atomic(path: Path, obj, mode: int = 0o666) -> None:
 def write_torch_checksummed(path: Path, prefix: bytes, obj, mode: int = 0o666) -> None:
     """`torch.save(obj)` to `path`, all or nothing, after its `checksum_line(prefix, ...)`
     (checkpoints, client state): read back with `without_checksum`."""
-    import io
-
     import torch
 
     buffer = io.BytesIO()

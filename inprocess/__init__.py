@@ -22,6 +22,10 @@ from collections.abc import Callable, Iterable
 
 from flwr.app import Context, Error, Message, RecordDict
 from flwr.serverapp import Grid
+from flwr.supercore.task_identity import TaskIdentity
+
+from client_app.app import evaluate, query, train
+from server_app.app import main
 
 
 class InProcessGrid(Grid):
@@ -82,8 +86,6 @@ class InProcessGrid(Grid):
 def client_app_handler(run_config: dict, num_nodes: int):
     """Answer with the real ClientApp functions, as a simulation would: node i = partition i,
     each node keeping one Context (its `state`) across messages (`handler.contexts[i]`)."""
-    from client_app.app import evaluate, query, train
-
     functions = {"train": train, "evaluate": evaluate, "query": query}
     contexts = [Context(run_id=1, node_id=i, state=RecordDict(), run_config=dict(run_config),
                         node_config={"partition-id": i, "num-partitions": num_nodes})
@@ -99,10 +101,6 @@ def client_app_handler(run_config: dict, num_nodes: int):
 def run_in_process(run_config: dict, num_nodes: int, run_id: int = 0) -> InProcessGrid:
     """Run the real ServerApp's main with `num_nodes` real ClientApp nodes in this process;
     return the grid. Raises what the ServerApp raises (after it marked the run folder failed)."""
-    from flwr.supercore.task_identity import TaskIdentity
-
-    from server_app.app import main
-
     grid = InProcessGrid(num_nodes, client_app_handler(run_config, num_nodes), fixed_size=True)
     # Messages are made outside a Flower runtime: they need a task identity (which a test may
     # have set already: it is kept, and whatever was there is put back after the run).

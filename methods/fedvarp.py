@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -173,8 +174,6 @@ class FedVARPRule(ServerRule):
         the rows (500 clients x ResNet-18 = 22 GB: copied into the checkpoint's memory it would
         not fit the host). The file of the previous checkpoint is kept (that checkpoint stays the
         one to resume from until the next is written); older ones are deleted."""
-        import uuid
-
         name = f"fedvarp-rows-{uuid.uuid4().hex}.f32"
         path = os.path.join(self.folder, name)
         os.makedirs(self.folder, exist_ok=True)

@@ -27,6 +27,7 @@ Run the measured ones on a quiet machine if you can; the text says which machine
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import fcntl
 import os
 import platform
@@ -117,8 +118,6 @@ def sweep_table(note: str, lock: Path | None = None, fresh: bool = False,
     goes on where it was; `fresh` starts over); copy its plot; return the README block.
     `lock`: hold this file (flock) only while a cell runs, so that other heavy jobs on a shared
     machine can run between cells. `run = False`: tabulate the finished cells only."""
-    import dataclasses
-
     from experiments.sweep import is_done, load_sweep, run_sweep, write_report
     from reporting.results_file import read_results
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
+from fnmatch import fnmatchcase
 from pathlib import Path
 
 from pages.examples import ROOT, _number, machine, replace_block
@@ -36,8 +37,6 @@ def block(out_dir: Path | None, note: str = "", docs: Path = ROOT / "docs",
     """The page's measured block from the sweep's finished cells (it (re)writes their table),
     only those matching `cells` ('<setting>/<method>/<seed>', as the sweep's --cells) if given;
     the plots are copied into `docs`."""
-    from fnmatch import fnmatchcase
-
     from experiments.sweep import cell_name, is_done, load_sweep, slug, write_report
     from reporting.table import header, markdown, table_rows
     from run_config import load_setup

@@ -12,10 +12,16 @@ Exit status: 0 = the config is valid, 1 = it is not (one line per problem on std
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+import tomllib
+
+from fileio.reading import CONFIG_FILE_LIMIT, read_text_bounded
 
 from .errors import ConfigError
 from .resolve import resolve
@@ -91,9 +97,6 @@ def check_robust(cfg: Mapping[str, Any], num_supernodes: int) -> None:
 def check_out_dir(cfg: Mapping[str, Any]) -> None:
     """ConfigError unless out-dir is, or can be made as, a folder this process can write: its
     nearest existing folder takes a new folder (made and removed again at once)."""
-    import os
-    import tempfile
-
     path = Path(cfg["out-dir"]).expanduser()
     probe = path
     while not probe.exists() and probe != probe.parent:
@@ -114,11 +117,7 @@ def parse(args: list[str] | None) -> dict[str, Any]:
     .toml file is read once, bounded (`fileio.reading`: a regular file of at most
     CONFIG_FILE_LIMIT bytes of UTF-8), so that a named pipe or a huge file is refused, not
     waited on, and its text flattened as Flower flattens it."""
-    import tomllib
-
     from flwr.common.config import flatten_dict, parse_config_args
-
-    from fileio.reading import CONFIG_FILE_LIMIT, read_text_bounded
 
     if args and len(args) == 1 and args[0].endswith(".toml"):
         try:

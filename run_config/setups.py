@@ -37,6 +37,7 @@ default: the set-up's method.
 
 from __future__ import annotations
 
+import difflib
 import functools
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,7 @@ from typing import Any
 from fileio.names import safe_name
 from fileio.yaml_file import read_yaml
 
+from .coerce import coerce
 from .errors import ConfigError
 from .schema import KEYS_BY_NAME, METHODS, PRESET, REMOVED_KEYS
 
@@ -73,7 +75,6 @@ def setup_file(name: str) -> Path:
     path = Path(name).expanduser()
     if path.suffix in (".yaml", ".yml") and path.exists():
         return path
-    import difflib
 
     close = difflib.get_close_matches(name, setup_names(), n=1)
     raise SetupError(
@@ -130,8 +131,6 @@ def load_setup(name: str) -> dict[str, Any]:
 
 def _values(values: Any, where: str, field: str) -> dict[str, Any]:
     """Run-config values of a set-up file, typed and checked by the schema."""
-    from .coerce import coerce
-
     if not isinstance(values, dict):
         raise SetupError(f"{where}: {field} must be a mapping of run-config keys to values")
     typed = {}
@@ -153,8 +152,6 @@ def _values(values: Any, where: str, field: str) -> dict[str, Any]:
 
 def apply_setup(run_config: dict[str, Any]) -> dict[str, Any]:
     """`run_config` with the set-up's method and values where it still holds the defaults."""
-    from .coerce import coerce
-
     name = coerce(KEYS_BY_NAME["setup"], run_config.get("setup", ""))
     if not name:
         return dict(run_config)

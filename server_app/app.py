@@ -17,9 +17,11 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords
 
 from feddata import DataSettings, load_test_data, spec_of
+from feddata.disk_cache import cache_dir, prepare_partitions
+from feddata.summary import format_summary, label_counts, partition_summary
 from fileio.atomic import write_torch_atomic
-from feddata.summary import format_summary, partition_summary
 from models import build_model
+from reporting.plots import plot_label_distribution
 from reporting.tracking import build_trackers
 from run_config import ConfigError, load_setup, resolve
 from run_config.check import check_robust
@@ -74,9 +76,6 @@ def log_data_summary(cfg: dict, data: DataSettings, grid: Grid, test: tuple | No
 def plot_labels(data: DataSettings, nodes: int, run_dir: Path) -> None:
     """labels.png: each client's examples per label (the first 100 clients)."""
     try:
-        from feddata.summary import label_counts
-        from reporting.plots import plot_label_distribution
-
         names, counts = label_counts(data, nodes, max_partitions=100)
         plot_label_distribution(counts, names, run_dir / "labels.png",
                                 title=f"{data.dataset}, {data.partitioner} split over {nodes} "
@@ -168,7 +167,9 @@ def open_run_dir(cfg: dict, context: Context, where: dict) -> tuple[Path, dict |
 def model_and_data(cfg: dict, grid: Grid, run_dir: Path) -> tuple:
     """(spec, the global model, the device, the server's test set, the partition summary or
     None): the seeds set, the model built, the test set loaded, the split logged and, when
-    there is one, written to partitions.json and drawn in labels.png."""
+    there is one, written to partitions.json and drawn in labels.png; in a Ray simulation the
+    clients' partition files are then prepared in the cache folder (`prepare_partitions`), so
+    that the ClientApp's actors import no `datasets`."""
     random.seed(cfg["seed"])  # Flower's own baselines sample nodes with the global `random`
     data = DataSettings.from_config(cfg)  # the data keys, as the data package takes them
     spec = spec_of(data)
@@ -181,6 +182,10 @@ def model_and_data(cfg: dict, grid: Grid, run_dir: Path) -> tuple:
     if partitions:
         write_json_atomic(run_dir / "partitions.json", partitions)
         plot_labels(data, partitions["clients"], run_dir)
+        folder = cache_dir()  # (a simulated node's: it has no node config of its own)
+        if is_simulation(grid) and folder is not None:  # this process has read the data
+            built = prepare_partitions(data, partitions["clients"], folder)
+            log(DEBUG, "Partitions prepared for the clients in %s: %d built", folder, built)
     return spec, model, device, test, partitions
 
 

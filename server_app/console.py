@@ -26,6 +26,17 @@ import re
 import warnings
 from logging import DEBUG, ERROR
 
+from feddata.sources import DataSourceError
+from fileio.errors import UnusableFile
+from methods import SettingError
+from run_config import ConfigError, SetupError
+from strategies.client_state_rounds import ClientStateLost
+from strategies.nodes import NodesRefused, NodeWaitTimeout
+from strategies.round_loop import NothingLearned
+from strategies.state_check import ServerStateNotFinite
+
+from .checkpoint import CheckpointError
+
 FLOWER_LOGGER = "flwr"
 _MARK = "_fedacg_reported"  # set on an exception whose one-line report was printed
 
@@ -83,17 +94,6 @@ def install(log_level: str = "info") -> ConsoleFilter:
 
 def is_ours(err: BaseException) -> bool:
     """Errors whose message names the problem and the fix: no traceback needed."""
-    from feddata.sources import DataSourceError
-    from fileio.errors import UnusableFile
-    from methods import SettingError
-    from run_config import ConfigError, SetupError
-    from strategies.client_state_rounds import ClientStateLost
-    from strategies.nodes import NodesRefused, NodeWaitTimeout
-    from strategies.round_loop import NothingLearned
-    from strategies.state_check import ServerStateNotFinite
-
-    from .checkpoint import CheckpointError
-
     return isinstance(err, (ConfigError, SettingError, SetupError, CheckpointError,
                             NodeWaitTimeout, NodesRefused, DataSourceError, ServerStateNotFinite,
                             ClientStateLost, NothingLearned, UnusableFile))

@@ -17,10 +17,10 @@ import csv
 import io
 import json
 import math
-import uuid
 import time
-from datetime import datetime, timezone
+import uuid
 from collections.abc import Callable
+from datetime import datetime, timezone
 from logging import INFO, WARNING
 from pathlib import Path
 from typing import Any
@@ -32,9 +32,11 @@ from flwr.common import log
 from fileio.atomic import write_text_atomic
 from fileio.errors import UnusableFile
 from fileio.folders import own_folder
+from methods import untested_combinations
 from models.evaluation import evaluate
 from models.wire import state_view
 from reporting.metrics import ema_update, run_summary
+from reporting.plots import plot_run
 from reporting.results_file import RESULTS
 from reporting.results_file import read_results as read_checked_results
 from run_config import ConfigError, acc_at_rounds, target_accs
@@ -165,7 +167,6 @@ def mark_running(run_dir: Path, cfg: dict[str, Any], flower_run_id: int | None,
     old = read_results(run_dir) or {}
     ids = [i for i in old.get("flower-run-ids", []) if i != flower_run_id]
     old_summary = old.get("summary") if isinstance(old.get("summary"), dict) else {}
-    from methods import untested_combinations  # (light: no torch)
 
     results = {"config": cfg, "status": "running", "error": None, "failure": None,
                "run-uid": run_uid or uuid.uuid4().hex,
@@ -343,8 +344,6 @@ class RunRecorder:
 
     def plot(self) -> None:
         try:
-            from reporting.plots import plot_run
-
             name = self.run_dir.name
             title = self.cfg["method"] + (f" ({name})" if name != self.cfg["method"] else "")
             plot_run(self.rows, self.run_dir, title=title, metric=self.metric)

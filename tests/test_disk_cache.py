@@ -541,3 +541,64 @@ def test_a_link_whose_text_passes_a_hidden_folder_but_lands_outside_it_is_read(t
     os.symlink(f"../1/.h/../{first.name}", folder / "0" / "zz.png")
     part = fresh_load(own_cfg(), folder, tmp_path / "cache")
     assert same(part, prepared_own_data(own_cfg(), str(folder)))
+
+
+# --- a Ray simulation's ServerApp prepares the clients' partition files ----------------------
+
+class InMemoryGrid:
+    """Named as Flower's simulation grid (what `server_app.app.is_simulation` reads): 6 nodes."""
+
+    def get_node_ids(self):
+        return list(range(6))
+
+
+def test_a_simulations_server_prepares_the_files_a_fresh_client_reads_without_datasets(
+        tmp_path, monkeypatch):
+    """The ServerApp's start in a simulation writes every partition's file; each holds what the
+    client builds itself (no disk: `folder=None`), and a fresh ClientApp process loads its own
+    without importing `datasets` or the data readers. A file already there is not rebuilt."""
+    from server_app.app import model_and_data
+
+    monkeypatch.setenv("FEDACG_CACHE_DIR", str(tmp_path / "cache"))
+    cfg = resolve({"partitioner": "lda", "lda-alpha": 0.5, "seed": 4})
+    (tmp_path / "run").mkdir()
+    model_and_data(cfg, InMemoryGrid(), tmp_path / "run")
+    settings = DataSettings.from_config(cfg)
+    files = sorted((tmp_path / "cache").glob("digits-p*of6-*.pt"))
+    assert [f.name.split("-")[1] for f in files] == [f"p{i}of6" for i in range(6)]
+    for pid in range(6):
+        disk_cache._memory.clear()
+        own = load_prepared_partition(settings, pid, 6, None)  # the client's build
+        read = disk_cache._read(cache_file(tmp_path / "cache", cache_key(settings, pid, 6)),
+                                cache_key(settings, pid, 6))
+        assert torch.equal(read.train_x, own.train_x) and torch.equal(read.val_y, own.val_y)
+        assert torch.equal(read.train_y, own.train_y) and torch.equal(read.val_x, own.val_x)
+    assert disk_cache.prepare_partitions(settings, 6, tmp_path / "cache") == 0
+    code = (
+        "import sys\n"
+        "import client_app.app\n"
+        "from feddata.disk_cache import load_prepared_partition\n"
+        "from feddata.settings import DataSettings\n"
+        "from run_config import resolve\n"
+        "cfg = DataSettings.from_config(resolve({'partitioner': 'lda', 'lda-alpha': 0.5, "
+        "'seed': 4}))\n"
+        f"p = load_prepared_partition(cfg, 5, 6, __import__('pathlib').Path("
+        f"{str(tmp_path / 'cache')!r}))\n"
+        f"print([m for m in {HEAVY!r} if m in sys.modules], len(p.train_y))\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out[0] == "[]", out
+    assert int(out[1]) == len(load_prepared_partition(settings, 5, 6, None).train_y)
+
+
+def test_a_server_outside_a_simulation_prepares_nothing(tmp_path, monkeypatch):
+    """Deployment (or the in-process grid): the nodes' caches are theirs, not the server's."""
+    from server_app.app import model_and_data
+
+    class Grid(InMemoryGrid):
+        pass
+
+    monkeypatch.setenv("FEDACG_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "run").mkdir()
+    model_and_data(resolve({}), Grid(), tmp_path / "run")
+    assert not list((tmp_path / "cache").glob("*.pt"))
