@@ -183,7 +183,9 @@ def model_and_data(cfg: dict, grid: Grid, run_dir: Path) -> tuple:
         write_json_atomic(run_dir / "partitions.json", partitions)
         plot_labels(data, partitions["clients"], run_dir)
         folder = cache_dir()  # (a simulated node's: it has no node config of its own)
-        if is_simulation(grid) and folder is not None:  # this process has read the data
+        # (a dynamic population trains partitions of a larger pool, handed out each round:
+        # its clients build what they are given)
+        if is_simulation(grid) and folder is not None and cfg["dynamic-replace-prob"] == 0:
             built = prepare_partitions(data, partitions["clients"], folder)
             log(DEBUG, "Partitions prepared for the clients in %s: %d built", folder, built)
     return spec, model, device, test, partitions

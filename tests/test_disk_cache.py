@@ -602,3 +602,15 @@ def test_a_server_outside_a_simulation_prepares_nothing(tmp_path, monkeypatch):
     (tmp_path / "run").mkdir()
     model_and_data(resolve({}), Grid(), tmp_path / "run")
     assert not list((tmp_path / "cache").glob("*.pt"))
+
+
+def test_a_dynamic_populations_server_prepares_nothing(tmp_path, monkeypatch):
+    """With dynamic clients the partitions are a pool's (`num-partitions` > the nodes): files
+    for the nodes' count would be built for nothing."""
+    from server_app.app import model_and_data
+
+    monkeypatch.setenv("FEDACG_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "run").mkdir()
+    cfg = resolve({"dynamic-replace-prob": 0.5, "dynamic-pool-factor": 2.0})
+    model_and_data(cfg, InMemoryGrid(), tmp_path / "run")
+    assert not list((tmp_path / "cache").glob("*.pt"))
