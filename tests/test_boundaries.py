@@ -93,22 +93,22 @@ def test_reply_weight_at_its_boundaries(n, ok):
             check_reply(reply(n), PHI, "num-examples")
 
 
-SPEC = ReplyMetric(0.0, 1.0)
+UNIT = ReplyMetric(0.0, 1.0)
 WHOLE = ReplyMetric(0.0, 10.0, integer=True)
 METRICS = [  # (spec, value, accepted)
-    (SPEC, 0.0, True),  # the low end, in
-    (SPEC, 1.0, True),  # the high end, in
-    (SPEC, NEXT_UP(1.0, 2.0), False),  # one float past the high end
-    (SPEC, NEXT_UP(0.0, -1.0), False),  # one float below the low end (-TINY)
-    (SPEC, -0.0, True),
-    (SPEC, 1, True),  # an int in range
-    (SPEC, True, False),  # a bool, == 1
-    (SPEC, False, False),  # a bool, == 0
-    (SPEC, float("nan"), False),
+    (UNIT, 0.0, True),  # the low end, in
+    (UNIT, 1.0, True),  # the high end, in
+    (UNIT, NEXT_UP(1.0, 2.0), False),  # one float past the high end
+    (UNIT, NEXT_UP(0.0, -1.0), False),  # one float below the low end (-TINY)
+    (UNIT, -0.0, True),
+    (UNIT, 1, True),  # an int in range
+    (UNIT, True, False),  # a bool, == 1
+    (UNIT, False, False),  # a bool, == 0
+    (UNIT, float("nan"), False),
     (ReplyMetric(), float("inf"), False),  # unbounded range: inf is still no finite number
     (ReplyMetric(), -MAX, True),
-    (SPEC, None, False),  # missing
-    (SPEC, [0.5], False),  # a list
+    (UNIT, None, False),  # missing
+    (UNIT, [0.5], False),  # a list
     (WHOLE, 10, True),
     (WHOLE, 10.0, True),  # a whole float counts as whole
     (WHOLE, 11, False),  # one past the end
