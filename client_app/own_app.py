@@ -19,7 +19,6 @@ instruction: the same maths, in the same order.
 
 from __future__ import annotations
 
-import functools
 from logging import INFO
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -31,18 +30,14 @@ from torch import nn
 
 from methods.parts import CONFIG_PREFIX
 from models.centralization import ModelLayout
-from run_config import ConfigError, resolve
+from run_config import ConfigError, resolve_client
 
 from .client_state_store import store_for
 from .client_step import ClientStep, LocalContext
-from .settings import local_gc_layers, method_parts, node_client_id
+from .settings import local_gc_layers, method_parts, node_client_id, part_classes
 
 NAME, CLASSIFIER = CONFIG_PREFIX + "name", CONFIG_PREFIX + "classifier"
-
-
-@functools.lru_cache(maxsize=8)
-def _resolved(frozen: tuple) -> dict[str, Any]:
-    return resolve(dict(frozen))
+LR = CONFIG_PREFIX + "lr"  # the clients' learning rate, where the strategy knows it
 
 
 # Flower's own strategies send no method: FedAvg, FedAvgM, FedAdam, ... (whose server update is
@@ -52,16 +47,24 @@ _told: set[str] = set()  # the INFO lines already logged in this process
 
 
 def method_settings(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The method's settings (the run config the server resolved them from) out of a train
-    instruction's config. An instruction of one of Flower's own strategies carries no method:
-    then the client trains as FedAvg's does, or with FedProx's proximal term when the config
-    holds Flower's 'proximal-mu' (docs/own-app.md#flowers-own-strategies)."""
+    """The method's settings out of a train instruction's config (its `method.*` keys), typed
+    and checked by the run-config keys the client side reads (`run_config.resolve_client`;
+    'lr' the default where none was sent: `sent_lr`). An instruction of one of Flower's own
+    strategies carries no method: then the client trains as FedAvg's does, or with FedProx's
+    proximal term when the config holds Flower's 'proximal-mu'
+    (docs/own-app.md#flowers-own-strategies)."""
     if NAME not in config:
         return _flower_settings(config)
     sent = {k[len(CONFIG_PREFIX):]: v for k, v in config.items()
             if k.startswith(CONFIG_PREFIX) and k not in (NAME, CLASSIFIER)}
-    return _settings({"method": config[NAME], **sent}, lr_sent="lr" in sent,
-                     source="the server's method settings")
+    return _settings({"method": config[NAME], **sent}, source="the server's method settings",
+                     sent_as={k: f"'{CONFIG_PREFIX}{k}'" for k in sent})
+
+
+def sent_lr(config: Mapping[str, Any], settings: Mapping[str, Any]) -> float | None:
+    """The clients' learning rate the strategy sent (`method.lr`), typed in `settings`; None
+    where it sent none (then a part that reads it, `ClientPart.uses_lr`, is refused)."""
+    return settings["lr"] if NAME in config and LR in config else None
 
 
 def _flower_settings(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -78,21 +81,22 @@ def _flower_settings(config: Mapping[str, Any]) -> dict[str, Any]:
         settings, told = {"method": "fedavg"}, (
             "no method in the train instruction (one of Flower's own strategies): training "
             "plainly, as FedAvg's client")
-    cfg = _settings(settings, lr_sent=False, source="the train instruction")
+    cfg = _settings(settings, source="the train instruction",
+                    sent_as={"beta": f"'{FLOWER_PROXIMAL_MU}'"})
     if told not in _told:
         _told.add(told)
         log(INFO, "LocalMethod: %s", told)
     return cfg
 
 
-def _settings(settings: dict[str, Any], lr_sent: bool, source: str) -> dict[str, Any]:
+def _settings(settings: dict[str, Any], source: str, sent_as: dict[str, str]) -> dict[str, Any]:
+    """`settings` typed by `resolve_client`; an error about one key's value names the key as
+    the instruction sent it (`sent_as`), without the run config's fix."""
     try:
-        cfg = dict(_resolved(tuple(sorted(settings.items()))))
+        return resolve_client(settings)
     except ConfigError as err:
-        raise ValueError(f"{source}: {err}") from None
-    if not lr_sent:
-        del cfg["lr"]  # not known to the server: a part that needs it says so (LocalMethod)
-    return cfg
+        text = err.sentence(sent_as[err.key]) if err.key in sent_as else str(err)
+        raise ValueError(f"{source}: {text}") from None
 
 
 class LocalMethod(ClientStep):
@@ -127,6 +131,10 @@ class LocalMethod(ClientStep):
         the methods that weigh clients by them (FedDC's om_i and K).
     configrecord_key, arrayrecord_key : str (default: 'config', 'arrays')
         The names of the instruction's config and model records (as given to the strategy).
+
+    `cfg` holds the method's settings as the client parts were built from them
+    (`method_settings`: the keys the client side reads, typed); the parts keep what they use
+    as typed attributes.
     """
 
     def __init__(self, msg: Message, model: nn.Module, context: Context | None = None, *,
@@ -148,7 +156,8 @@ class LocalMethod(ClientStep):
             num_partitions=num_partitions,
             partition_sizes=tuple(partition_sizes) if partition_sizes is not None else None,
             store=store_for(config, pid, node, state) if context is not None else None)
-        ctx.lr = float(config.get("lr", cfg.get("lr", 0.0)))
+        lr = sent_lr(config, cfg)
+        ctx.lr = float(config.get("lr", 0.0 if lr is None else lr))
         # local GC: the leading parameters before the classifier the server named (or found)
         classifier = config.get(CLASSIFIER) or getattr(model, "classifier_names", None)
         layout = ModelLayout(list(model.named_parameters()), classifier)
@@ -157,17 +166,16 @@ class LocalMethod(ClientStep):
         except ValueError as err:
             raise ValueError(f"local GC of method '{cfg['method']}' on this model: {err}") \
                 from None
-        try:
-            self.codec, parts = method_parts(cfg)
-        except KeyError as err:
-            raise _missing(err, cfg) from None
+        codec_class, part_types = part_classes(cfg)
+        if lr is None and any(p.uses_lr for p in (codec_class, *part_types) if p):
+            raise ValueError(f"method '{cfg['method']}' needs the clients' learning rate on the "
+                             "clients: give it to the strategy (lr=...) or in start's "
+                             "train_config ('lr')")
+        self.codec, parts = method_parts(cfg)
         if classifier and not hasattr(model, "classifier_names"):  # for parts that read the
             model.classifier_names = tuple(classifier)  # penultimate features (MOON, FedDecorr)
-        try:
-            super().__init__(model, parts, ctx, alpha=cfg["alpha"], grad_clip=grad_clip,
-                             local_gc_layers=gc_layers, gc_vectors=cfg["gc-vectors"])
-        except KeyError as err:
-            raise _missing(err, cfg) from None
+        super().__init__(model, parts, ctx, alpha=cfg["alpha"], grad_clip=grad_clip,
+                         local_gc_layers=gc_layers, gc_vectors=cfg["gc-vectors"])
 
     @property
     def steps(self) -> int:
@@ -179,21 +187,10 @@ class LocalMethod(ClientStep):
         """After the last step: the method's records for the reply (e.g. SCAFFOLD's control
         variate update), and with an uplink codec (FedPAQ) the encoded 'arrays'; put them last
         in the reply's RecordDict."""
-        try:
-            out = super().end()
-        except KeyError as err:
-            raise _missing(err, self.cfg) from None
+        out = super().end()
         if self.codec is not None:
             out["arrays"] = self.codec.reply_arrays(self.model)
         return out
-
-
-def _missing(err: KeyError, cfg: dict) -> Exception:
-    if err.args == ("lr",):
-        return ValueError(f"method '{cfg['method']}' needs the clients' learning rate on the "
-                          "clients: give it to the strategy (lr=...) or in start's train_config "
-                          "('lr')")
-    return err
 
 
 def query_reply(msg: Message, context: Context) -> Message:

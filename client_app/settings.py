@@ -86,17 +86,23 @@ def local_config(cfg: dict[str, Any], model: nn.Module, lr: float) -> LocalConfi
     )
 
 
+def part_classes(cfg: dict[str, Any]) -> tuple[type | None, tuple[type, ...]]:
+    """The classes `method_parts` builds from `cfg`: the uplink codec the config switches on
+    (or None), the client parts `client-objective` names."""
+    names = parse_objective(cfg["client-objective"])
+    return methods.uplink_codec(cfg), tuple(methods.CLIENT_PARTS[name] for name in names)
+
+
 def client_parts(cfg: dict[str, Any]) -> tuple:
     """The client parts `client-objective` names, built from the resolved config."""
-    names = parse_objective(cfg["client-objective"])
-    return tuple(methods.CLIENT_PARTS[name](cfg) for name in names)
+    return tuple(part(cfg) for part in part_classes(cfg)[1])
 
 
 def method_parts(cfg: dict[str, Any], parts: tuple | None = None) -> tuple[Any, tuple]:
     """(the uplink codec the config names, or None; the parts the client step runs): the codec
     first (e.g. FedPAQ's quantization: its end() runs before the others'), then the client parts
     of `client-objective` (`parts`: those already built for this config)."""
-    codec_class = methods.uplink_codec(cfg)
+    codec_class = part_classes(cfg)[0]
     codec = codec_class(cfg) if codec_class else None
     parts = client_parts(cfg) if parts is None else tuple(parts)
     return codec, ((codec,) if codec else ()) + parts

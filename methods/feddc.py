@@ -41,8 +41,10 @@ class CorrectionSteps:
     """K of the correction d_i / (K lr) (docs/baselines.md#feddc). 'mean', FedDC's code: one K
     for every client, local-iterations where set, else local-epochs * ceil(mean_j n_j / batch)
     over the N partitions' training examples `sizes`; 'own' (and a local update outside a
-    federation, no sizes): the steps this client took. Read from the run config once
-    (`from_config`); a key the chosen K does not use may be absent (None)."""
+    federation, no sizes; and a loop of one's own, whose settings, a named strategy's, name
+    neither local-iterations nor local-epochs: its steps are its user's): the steps this client
+    took. Read from the run config once (`from_config`); a key the chosen K does not use may be
+    absent (None)."""
 
     mode: str = "mean"  # 'feddc-steps'
     local_iterations: int | None = None
@@ -56,7 +58,8 @@ class CorrectionSteps:
                    local_epochs=cfg.get("local-epochs"), batch_size=cfg.get("batch-size"))
 
     def k(self, steps_taken: int, sizes: Sequence[int]) -> int:
-        if self.mode == "own" or not sizes:
+        if self.mode == "own" or not sizes or (self.local_iterations is None
+                                               and self.local_epochs is None):
             return steps_taken
         if _given(self.local_iterations, "local-iterations") > 0:
             return int(self.local_iterations)
@@ -117,6 +120,7 @@ class DriftCorrection(ClientPart):
     client_state = True
     untested = {"local-gc": UNTESTED_GC}
     uses_partition_sizes = True  # om_i and the authors' K
+    uses_lr = True  # G_i's d_i / (K lr)
 
     def __init__(self, cfg) -> None:
         super().__init__(cfg)

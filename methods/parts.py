@@ -98,10 +98,17 @@ class ClientPart(Part):
     # Reads the sizes of every client's partition (FedDC's om_i): a node training on its own
     # data (node config data-path) cannot know them, and refuses it (docs/deployment.md).
     uses_partition_sizes: ClassVar[bool] = False
+    # Reads the clients' learning rate 'lr' in `__init__` (SCAFFOLD's and FedDC's K lr): a
+    # client of a named strategy (client_app/own_app.py) knows it only where the strategy sends
+    # it (its lr=... or start's train_config), and refuses to build such a part without it
+    # (tests/test_client_blocks.py holds every registered part to it).
+    uses_lr: ClassVar[bool] = False
 
     def __init__(self, cfg: Config) -> None:
-        """`cfg`: the resolved run config, read here only: a part keeps the settings it uses as
-        typed attributes (e.g. `self.beta: float = float(cfg["beta"])`), not the dict."""
+        """`cfg`: the resolved run config (or the clients' share of a named strategy's
+        settings, `run_config.resolve_client`), read here only: a part keeps the settings it
+        uses as typed attributes (e.g. `self.beta: float = float(cfg["beta"])`), not the
+        dict."""
 
     def begin(self, ctx) -> None:
         pass

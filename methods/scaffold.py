@@ -43,6 +43,7 @@ class ScaffoldCorrection(ClientPart):
     up = UP
     client_state = True
     untested = {"local-gc": UNTESTED_GC}
+    uses_lr = True  # delta-c_i's 1 / (K_eff lr)
 
     def __init__(self, cfg) -> None:
         super().__init__(cfg)

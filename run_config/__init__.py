@@ -7,14 +7,14 @@ import fedacg_gc  # noqa: F401  (first: a module that shadows one of ours is nam
 from .errors import ConfigError
 from .presets import FLOWER_BASELINES, PRESETS
 from .coerce import coerce
-from .resolve import (acc_at_rounds, node_data_mismatch, resolve, resolve_strategy,
-                      target_accs)
+from .resolve import (acc_at_rounds, node_data_mismatch, resolve, resolve_client,
+                      resolve_strategy, target_accs)
 from .schema import KEYS, KEYS_BY_NAME, METHODS, PRESET, REMOVED_KEYS, Key
 from .setups import SetupError, load_setup, setup_command, setup_names
 
 __all__ = [
     "ConfigError", "FLOWER_BASELINES", "KEYS", "KEYS_BY_NAME", "Key", "METHODS", "PRESET",
     "PRESETS", "REMOVED_KEYS", "SetupError", "acc_at_rounds", "coerce", "load_setup",
-    "node_data_mismatch", "resolve", "resolve_strategy", "setup_command", "setup_names",
-    "target_accs",
+    "node_data_mismatch", "resolve", "resolve_client", "resolve_strategy", "setup_command",
+    "setup_names", "target_accs",
 ]

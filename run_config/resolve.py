@@ -49,25 +49,54 @@ def resolve_strategy(settings: Mapping[str, Any]) -> dict[str, Any]:
     `settings`. The app's keys (data, model, paths, rounds, ...) are not there: a strategy in a
     ServerApp of one's own has none of them. An error about one key's value keeps the key
     (`ConfigError.key`), for the caller to name it as its user gave it."""
-    keys = [key for key in KEYS if key.strategy or key.name == "method"]
-    allowed = {key.name for key in keys}
-    other = sorted(set(settings) - allowed)
-    if other:
-        raise ConfigError(f"not a setting of a strategy: {', '.join(map(repr, other))}; the "
-                          f"settings: {', '.join(sorted(allowed - {'method'}))}")
+    keys = _strategy_keys(settings)
     cfg, explicit = _typed(settings, keys)
     _check_population(cfg)
     _check_parts(cfg, explicit)
     return cfg
 
 
+def resolve_client(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The clients' share of a named strategy's settings (the `method.*` keys of its train
+    instructions, read by `client_app.own_app.LocalMethod`), typed and checked as a run
+    config's are, by the same keys: `method` and the keys the client side reads, those of the
+    schema's 'client' group that a strategy takes (the task loss's weight, local GC, the
+    clients' lr and momentum, the client parts' knobs) and every key a registered client part
+    or uplink codec reads (`Part.reads`: FedPAQ's seed); defaults < the method's preset <
+    `settings`. The strategy's other settings (the server rule's knobs, screening, sampling)
+    are the server's: allowed, not read; `model`, the model the strategy names for a part that
+    runs on one model only (FedMLB), is allowed too (the part checks the model it is given).
+    Whether `lr` was sent is the caller's to know (a part that reads it says so:
+    `ClientPart.uses_lr`)."""
+    keys = _strategy_keys(settings, also=("model",))
+    read = {"method"}.union(*(part.reads() for part in (*methods.CLIENT_PARTS.values(),
+                                                        *methods.UPLINK_CODECS.values())))
+    keys = [key for key in keys if key.group == "client" or key.name in read]
+    cfg, _ = _typed(settings, keys)
+    _check_objective(cfg)
+    return cfg
+
+
+def _strategy_keys(settings: Mapping[str, Any], also: tuple[str, ...] = ()) -> list:
+    """The keys of a named strategy's settings: `method` and those the schema marks `strategy`;
+    a setting outside them (or `also`) is refused."""
+    keys = [key for key in KEYS if key.strategy or key.name == "method"]
+    allowed = {key.name for key in keys}
+    other = sorted(set(settings) - allowed - set(also))
+    if other:
+        raise ConfigError(f"not a setting of a strategy: {', '.join(map(repr, other))}; the "
+                          f"settings: {', '.join(sorted(allowed - {'method'}))}")
+    return keys
+
+
 def _typed(given: Mapping[str, Any], keys) -> tuple[dict[str, Any], set[str]]:
     """`keys`' values, typed (`coerce`): the given one, else the default; the 'preset' ones
-    taken from `method`. Also: the preset-controlled keys given explicitly."""
+    taken from `method` (those among `keys`). Also: the preset-controlled keys given
+    explicitly."""
     cfg = {k.name: coerce(k, given.get(k.name, k.default)) for k in keys}
     if cfg["method"] == "auto":
         cfg["method"] = "fedacg"
-    preset = PRESETS[cfg["method"]]
+    preset = {name: value for name, value in PRESETS[cfg["method"]].items() if name in cfg}
     explicit = {name for name in preset if cfg[name] != PRESET}
     for name, value in preset.items():
         if cfg[name] == PRESET:
@@ -223,9 +252,7 @@ def _check_paths(cfg: dict[str, Any]) -> None:
             f"folder name has at most {MAX_NAME_BYTES} bytes (in UTF-8); give a shorter one.")
 
 
-def _check_parts(cfg: dict[str, Any], explicit: set[str]) -> None:
-    """Refuse, before the run starts, parts that cannot work together (each message names both
-    parts) and keys set for a part that the run does not use."""
+def _check_objective(cfg: dict[str, Any]) -> None:
     names = parse_objective(cfg["client-objective"])
     unknown = [p for p in names if p not in methods.CLIENT_PARTS]
     if unknown or not cfg["client-objective"].strip():
@@ -233,6 +260,12 @@ def _check_parts(cfg: dict[str, Any], explicit: set[str]) -> None:
             f"run config 'client-objective' = '{cfg['client-objective']}': unknown client part(s) "
             f"{unknown}; allowed: 'none', 'preset' or a comma-separated list of "
             f"{', '.join(repr(p) for p in methods.client_part_names())}.")
+
+
+def _check_parts(cfg: dict[str, Any], explicit: set[str]) -> None:
+    """Refuse, before the run starts, parts that cannot work together (each message names both
+    parts) and keys set for a part that the run does not use."""
+    _check_objective(cfg)
     rule = methods.SERVER_RULES[cfg["server-rule"]]
     parts = [methods.CLIENT_PARTS[p] for p in parse_objective(cfg["client-objective"])]
     used = set(rule.reads()).union(*(p.reads() for p in parts))

@@ -22,10 +22,12 @@ from strategies import FedACG, FedACGGCFed, GCFed, Method
 
 
 def instruction(strategy, model, lr=0.1, nodes=2) -> Message:
-    """The train instruction the strategy sends first (what a node receives)."""
+    """The train instruction the strategy sends first (what a node receives); lr=None: a
+    train_config without 'lr'."""
     arrays = ArrayRecord(model.state_dict())
-    strategy._train_config = ConfigRecord({"lr": lr})
-    return list(strategy.configure_train(1, arrays, ConfigRecord({"lr": lr}),
+    given = {} if lr is None else {"lr": lr}
+    strategy._train_config = ConfigRecord(given)
+    return list(strategy.configure_train(1, arrays, ConfigRecord(given),
                                          FakeGrid(nodes, None)))[0]
 
 
@@ -137,6 +139,110 @@ def test_fedmlb_names_the_model_it_runs_on():
         LocalMethod(msg, model)
 
 
+def test_the_client_parts_that_read_lr_say_so():
+    """A client of a named strategy refuses a part that reads the clients' learning rate when
+    the strategy sent none (`ClientPart.uses_lr`): every registered client part, built by the
+    client's builder from the clients' settings without 'lr', fails on it exactly when it says
+    it uses it (and every one builds with them, 'lr' included: they hold every key it reads);
+    the uplink codecs likewise."""
+    import methods
+    from run_config import resolve_client
+
+    readers = set()
+    parts = [(name, None) for name in methods.CLIENT_PARTS]
+    for part, codec in [*parts, *((c.name, c) for c in methods.UPLINK_CODECS.values())]:
+        settings = resolve_client({"method": "fedavg", "client-objective": part if codec is None
+                                   else "none"})
+        without = {k: v for k, v in settings.items() if k != "lr"}
+
+        def build(cfg):
+            return client_parts(cfg) if codec is None else codec(cfg)
+
+        build(settings)
+        try:
+            build(without)
+            reads_lr = False
+        except KeyError as err:
+            assert err.args == ("lr",), (part, err)
+            reads_lr = True
+        declared = (codec or methods.CLIENT_PARTS[part]).uses_lr
+        assert reads_lr == declared, part
+        readers |= {part} if reads_lr else set()
+    assert readers == {"scaffold", "feddc"}
+
+
+def test_a_client_sent_no_lr_refuses_the_parts_that_read_it_only():
+    model = nn.Linear(3, 2)
+    for method in ("scaffold", "feddc"):
+        msg = instruction(Method(method), model, lr=None)
+        assert "lr" not in msg.content["config"] and "method.lr" not in msg.content["config"]
+        with pytest.raises(ValueError, match=f"method '{method}' needs the clients' learning "
+                                             r"rate on the clients: give it to the strategy "
+                                             r"\(lr=...\) or in start's train_config"):
+            LocalMethod(msg, model, partition_sizes=[4, 4])
+    method = LocalMethod(instruction(Method("fedacg"), model, lr=None), model)
+    assert method.ctx.lr == 0.0  # (not known: the user's optimizer has it)
+    method = LocalMethod(instruction(Method("scaffold", lr=0.3), model, lr=None), model)
+    assert method.parts[0].lr == 0.3 and method.ctx.lr == 0.3
+
+
+def test_the_clients_settings_are_the_run_configs_for_the_keys_they_read():
+    """The settings a client builds its parts from (run_config.resolve_client): the run
+    config's values of the keys the client side reads (same defaults, presets and types); the
+    server's settings it is sent are allowed and not read; others are refused."""
+    import methods
+    from run_config import KEYS, resolve_client
+
+    client_keys = ({k.name for k in KEYS if k.strategy and k.group == "client"}
+                   | {"method", "seed"})  # (FedPAQ's codec reads the seed)
+    for name in methods.method_names():
+        ours = resolve_client({"method": name})
+        assert set(ours) == client_keys, name
+        parts = [methods.CLIENT_PARTS[p] for p in methods.METHODS[name].client_parts]
+        model = [p.models[0] for p in parts if p.models][:1]  # FedMLB: ResNet-18's
+        app = resolve({"method": name, **({"model": model[0]} if model else {})})
+        assert ours == {k: app[k] for k in client_keys}, name
+    ours = resolve_client({"method": "fedagm", "alpha": 1, "eta": "x", "model": "resnet18"})
+    assert ours["alpha"] == 1.0 and type(ours["alpha"]) is float and "eta" not in ours
+    with pytest.raises(ValueError, match=r"^the server's method settings: 'method.beta' = "
+                                         r"-1.0: out of range; allowed: float in \[0, 10000\]"
+                                         r" \| 'preset'\.$"):
+        LocalMethod(_sent({"method.name": "fedprox", "method.beta": -1.0}), nn.Linear(2, 2))
+    with pytest.raises(ValueError, match=r"the server's method settings: not a setting of a "
+                                         r"strategy: 'local-epochs'"):
+        LocalMethod(_sent({"method.name": "fedacg", "method.local-epochs": 3}), nn.Linear(2, 2))
+
+
+def _sent(config) -> Message:
+    return Message(RecordDict({"arrays": ArrayRecord(nn.Linear(2, 2).state_dict()),
+                               "config": ConfigRecord({"lr": 0.1, **config})}),
+                   dst_node_id=1, message_type="train")
+
+
+def test_feddc_in_a_loop_of_ones_own_takes_its_own_steps_as_k():
+    """FedDC's K in d_i / (K lr) (docs/baselines.md#feddc): a loop of one's own, whose
+    settings name no local-iterations / local-epochs, takes the steps it took, also where it
+    hands the partition sizes (for om_i): G_i+ - G_i = -G/om_i - d_i / (K lr), sent times
+    om_i, by hand."""
+    torch.manual_seed(0)
+    model, (x, y) = nn.Linear(3, 2), data(n=12)
+    phi = {k: v.detach().clone() for k, v in model.named_parameters()}
+    msg = instruction(Method("feddc"), model, lr=0.1, nodes=3)
+    context = Context(run_id=1, node_id=1, node_config={"partition-id": 1,
+                                                        "num-partitions": 3},
+                      state=RecordDict(), run_config={})
+    sizes, steps = [4, 12, 8], 3
+    method = own_loop(msg, model, x, y, steps=steps, lr=0.1, context=context,
+                      partition_sizes=sizes)
+    sent = method.end()["feddc-dg"].to_torch_state_dict()
+    g = msg.content["feddc-g"].to_torch_state_dict()
+    om = 12 * 3 / sum(sizes)  # n_i N / sum_j n_j
+    for k, w in model.named_parameters():
+        d = w.detach().double() - phi[k].double()
+        expected = om * (-g[k].double() / om - d / (steps * 0.1))
+        torch.testing.assert_close(sent[k].double(), expected, atol=1e-6, rtol=0, msg=k)
+
+
 def flower_instruction(model, **config) -> Message:
     """A train instruction as Flower's own strategies send it: no 'method.*' key."""
     return Message(RecordDict({"arrays": ArrayRecord(model.state_dict()),
@@ -168,6 +274,9 @@ def test_a_bad_flower_proximal_mu_names_the_key():
     model = nn.Linear(2, 2)
     with pytest.raises(ValueError, match="'proximal-mu' is 'x'.*FedProx"):
         LocalMethod(flower_instruction(model, **{"proximal-mu": "x"}), model)
+    with pytest.raises(ValueError, match=r"^the train instruction: 'proximal-mu' = -0.5: out of "
+                                         r"range; allowed: float in \[0, 10000\]"):
+        LocalMethod(flower_instruction(model, **{"proximal-mu": -0.5}), model)
 
 
 def test_a_bad_classifier_names_the_method():
