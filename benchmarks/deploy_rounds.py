@@ -24,11 +24,12 @@ average is printed before and after each run: the machine may be shared.
 SuperLink, fleet proxy and set of SuperNodes per node count): the floor app
 (benchmarks/floor_app/: imports PyTorch, returns the weights it got) and the app, `--rounds`
 rounds each, one after the other, `--repeats` times (floor, app, the app with each `--also`
-run config, floor, app, ...), so that both see the same load. App round / floor round: the
-medians of rounds 2-N, pooled over the repeats; and where the app's extra time goes: its
-ClientApps' start and imports over the floor's (both report `start-seconds`), the data load,
-the training, the server's evaluation, and the rest (the ServerApp's own work, larger
-messages); each a median of its own, so the rest is the extra less the others.
+run config, floor, app, ...; each `--app` folder in turn), so that all see the same load. App
+round / floor round: the medians of rounds 2-N, pooled over the repeats; and where the app's
+extra time goes: its ClientApps' start and imports over the floor's (both report
+`start-seconds`), the data load, the training, the server's evaluation, and the rest (the
+ServerApp's own work, the replies' push, Flower's 3 s poll of the replies); each a median of
+its own, so the rest is the extra less the others.
 """
 
 from __future__ import annotations
@@ -78,9 +79,11 @@ def node_options(nodes: int, folder: Path) -> list[list[str]]:
              str(folder / "cache")] for i in range(nodes)]
 
 
-def app_run(deployment, folder: Path, name: str, run_config: str = RUN_CONFIG) -> list[dict]:
-    """The app deployed through `deployment` with `run_config`: its results.json rows."""
-    deployment.flwr("run", str(ROOT), deployment.CONNECTION, "--stream", "--run-config",
+def app_run(deployment, folder: Path, name: str, run_config: str = RUN_CONFIG,
+            app: Path = ROOT) -> list[dict]:
+    """The app (folder `app`) deployed through `deployment` with `run_config`: its results.json
+    rows."""
+    deployment.flwr("run", str(app), deployment.CONNECTION, "--stream", "--run-config",
                     f"{run_config} out-dir='{folder}' run-name='{name}'")
     return json.loads((folder / name / "results.json").read_text())["rounds"]
 
@@ -143,38 +146,42 @@ def against(app: list[dict], floor: list[dict]) -> dict:
     return out
 
 
-def measure_floor(nodes: int, rounds: int, repeats: int, also: list[str]) -> dict:
-    """On one deployment of `nodes` nodes: `repeats` times the floor app, the app, and the app
-    with each of `also` added to its run config; the app's rounds against the floor's."""
+def measure_floor(nodes: int, rounds: int, repeats: int, also: list[str],
+                  apps: tuple[Path, ...] = (ROOT,)) -> dict:
+    """On one deployment of `nodes` nodes: `repeats` times the floor app, then each of `apps`
+    (this checkout, or copies of it, e.g. before and after a change), each with its run config
+    and with each of `also` added; every app's rounds against the floor's."""
     from experiments.deployment import LocalDeployment
 
     configs = [f"num-server-rounds={rounds} fraction-train=1.0{' ' + a if a else ''}"
                for a in ("", *also)]
+    runs = [(app, config) for app in apps for config in configs]
     floor: list[dict] = []
-    apps: list[list[dict]] = [[] for _ in configs]
+    rows: list[list[dict]] = [[] for _ in runs]
     with tempfile.TemporaryDirectory(prefix="deploy-floor-") as tmp:
         folder = Path(tmp)
         with LocalDeployment(folder / "deployment", node_options(nodes, folder)) as deployment:
             before = list(os.getloadavg())
             for k in range(repeats):
                 floor += floor_run(deployment, folder / f"floor-{k}", rounds)
-                for i, config in enumerate(configs):
-                    apps[i] += app_run(deployment, folder, f"app-{i}-{k}", config)
+                for i, (app, config) in enumerate(runs):
+                    rows[i] += app_run(deployment, folder, f"app-{i}-{k}", config, app)
             end = list(os.getloadavg())
     return {"nodes": nodes, "rounds": rounds, "repeats": repeats, "floor-rows": floor,
             "load-average": before, "load-average-end": end,
-            "apps": [{"run-config": c, "rows": rows, **against(rows, floor)}
-                     for c, rows in zip(configs, apps)]}
+            "apps": [{"app": str(app), "run-config": c, "rows": r, **against(r, floor)}
+                     for (app, c), r in zip(runs, rows)]}
 
 
-FLOOR_HEADER = ("| nodes | app run config | app round | floor round | app / floor | ClientApp "
+FLOOR_HEADER = ("| nodes | app, run config | app round | floor round | app / floor | ClientApp "
                 "start: app / floor | data load | training | server evaluation | rest of the "
                 "extra | load average (1 min) |\n| --- | --- | --- | --- | --- | --- | --- | "
                 "--- | --- | --- | --- |")
 
 
 def floor_row(res: dict, app: dict) -> str:
-    return (f"| {res['nodes']} | `{app['run-config']}` | {app['app-round']:.2f} | "
+    name = "" if Path(app["app"]) == ROOT else f"{app['app']}, "
+    return (f"| {res['nodes']} | {name}`{app['run-config']}` | {app['app-round']:.2f} | "
             f"{app['floor-round']:.2f} | {app['ratio']:.2f}x | {app['app-start']:.2f} / "
             f"{app['floor-start']:.2f} | {app['load']:.2f} | {app['train']:.2f} | "
             f"{app['server-eval']:.2f} | {app['extra-rest']:.2f} | "
@@ -211,23 +218,32 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--also", action="append", default=[], metavar="RUN_CONFIG",
                     help="--against floor: also the app with this run config added "
                          "(repeatable), e.g. local-iterations=1")
+    ap.add_argument("--app", type=Path, action="append", default=None, metavar="FOLDER",
+                    help="--against floor: the app folder(s) to deploy, each in turn "
+                         "(repeatable; default: this checkout), e.g. a copy before a change")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
+    args.app = tuple(a.resolve() for a in args.app or [ROOT])
+    for app in args.app:
+        if not (app / "pyproject.toml").is_file():
+            ap.error(f"--app {app}: no pyproject.toml there; name a copy of this app's folder")
     if min(args.nodes) < 1:
         ap.error(f"--nodes {min(args.nodes)}: a deployment needs at least 1 node")
     if args.against == "floor" and args.rounds < 2:
         ap.error(f"--rounds {args.rounds}: rounds 2-N are compared, so at least 2")
     if args.repeats < 1:
         ap.error(f"--repeats {args.repeats}: at least 1")
-    if args.against == "simulation" and (args.also or args.rounds != 5 or args.repeats != 2):
-        ap.error("--rounds, --repeats and --also go with --against floor")
+    if args.against == "simulation" and (args.also or args.rounds != 5 or args.repeats != 2
+                                         or args.app != (ROOT,)):
+        ap.error("--rounds, --repeats, --also and --app go with --against floor")
     return args
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if args.against == "floor":
-        results = [measure_floor(n, args.rounds, args.repeats, args.also) for n in args.nodes]
+        results = [measure_floor(n, args.rounds, args.repeats, args.also, args.app)
+                   for n in args.nodes]
         print(FLOOR_HEADER)
         for res in results:
             for app in res["apps"]:

@@ -73,11 +73,14 @@ def test_arguments():
     args = parse_args(["--against", "floor", "--nodes", "2", "--rounds", "3", "--repeats", "1",
                        "--also", "local-iterations=1", "--also", "batch-size=8"])
     assert (args.nodes, args.rounds, args.repeats) == ([2], 3, 1)
-    assert args.also == ["local-iterations=1", "batch-size=8"]
+    assert args.also == ["local-iterations=1", "batch-size=8"] and args.app == (ROOT,)
+    twice = ["--against", "floor", "--app", str(ROOT), "--app", str(ROOT / "fileio" / "..")]
+    assert parse_args(twice).app == (ROOT, ROOT)  # each app in turn, resolved
     assert parse_args([]).against == "simulation" and parse_args([]).nodes == [2, 3]
     for bad in (["--against", "floor", "--rounds", "1"], ["--against", "floor", "--repeats", "0"],
                 ["--nodes", "0"], ["--also", "local-iterations=1"], ["--rounds", "3"],
-                ["--against", "nothing"]):
+                ["--against", "nothing"], ["--against", "floor", "--app", "/"],
+                ["--app", str(ROOT), "--app", str(ROOT)]):
         with pytest.raises(SystemExit):
             parse_args(bad)
 
