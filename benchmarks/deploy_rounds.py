@@ -146,6 +146,22 @@ def against(app: list[dict], floor: list[dict]) -> dict:
     return out
 
 
+def runs_of(rows: list[dict]) -> list[list[dict]]:
+    """Rows of consecutive runs, split where the round number stops growing."""
+    runs: list[list[dict]] = []
+    for r in rows:
+        if not runs or r["round"] <= runs[-1][-1]["round"]:
+            runs.append([])
+        runs[-1].append(r)
+    return runs
+
+
+def repeat_ratios(app: list[dict], floor: list[dict]) -> list[float]:
+    """App round over floor round in each repeat: the k-th app run against the k-th floor run
+    (their spread shows how much the load moved between runs)."""
+    return [against(a, f)["ratio"] for a, f in zip(runs_of(app), runs_of(floor), strict=True)]
+
+
 def measure_floor(nodes: int, rounds: int, repeats: int, also: list[str],
                   apps: tuple[Path, ...] = (ROOT,)) -> dict:
     """On one deployment of `nodes` nodes: `repeats` times the floor app, then each of `apps`
@@ -169,20 +185,22 @@ def measure_floor(nodes: int, rounds: int, repeats: int, also: list[str],
             end = list(os.getloadavg())
     return {"nodes": nodes, "rounds": rounds, "repeats": repeats, "floor-rows": floor,
             "load-average": before, "load-average-end": end,
-            "apps": [{"app": str(app), "run-config": c, "rows": r, **against(r, floor)}
-                     for (app, c), r in zip(runs, rows)]}
+            "apps": [{"app": str(app), "run-config": c, "rows": r, **against(r, floor),
+                      "repeat-ratios": repeat_ratios(r, floor)} for (app, c), r in zip(runs, rows)]}
 
 
-FLOOR_HEADER = ("| nodes | app, run config | app round | floor round | app / floor | ClientApp "
-                "start: app / floor | data load | training | server evaluation | rest of the "
-                "extra | load average (1 min) |\n| --- | --- | --- | --- | --- | --- | --- | "
-                "--- | --- | --- | --- |")
+COLUMNS = ("nodes", "app, run config", "app round", "floor round", "app / floor", "per repeat",
+           "ClientApp start: app / floor", "data load", "training", "server evaluation",
+           "rest of the extra", "load average (1 min)")
+FLOOR_HEADER = f"| {' | '.join(COLUMNS)} |\n|{' --- |' * len(COLUMNS)}"
 
 
 def floor_row(res: dict, app: dict) -> str:
     name = "" if Path(app["app"]) == ROOT else f"{app['app']}, "
     return (f"| {res['nodes']} | {name}`{app['run-config']}` | {app['app-round']:.2f} | "
-            f"{app['floor-round']:.2f} | {app['ratio']:.2f}x | {app['app-start']:.2f} / "
+            f"{app['floor-round']:.2f} | {app['ratio']:.2f}x | "
+            f"{min(app['repeat-ratios']):.2f}-{max(app['repeat-ratios']):.2f} | "
+            f"{app['app-start']:.2f} / "
             f"{app['floor-start']:.2f} | {app['load']:.2f} | {app['train']:.2f} | "
             f"{app['server-eval']:.2f} | {app['extra-rest']:.2f} | "
             f"{res['load-average'][0]:.1f} -> {res['load-average-end'][0]:.1f} |")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.deploy_rounds import against, floor_rows, parse_args
+from benchmarks.deploy_rounds import against, floor_rows, parse_args, repeat_ratios
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -61,6 +61,8 @@ def test_app_over_floor_is_medians_of_rounds_2_to_n_pooled_and_the_extra_split()
     assert out["train"] == pytest.approx(2.25)  # 2.0, 2.5, 3.0, 1.0
     assert out["server-eval"] == pytest.approx(0.2)  # 0.2, 0.1, 0.3, 0.2
     assert out["extra-rest"] == pytest.approx(3.5 - 1.35 - 0.2 - 2.25 - 0.2)
+    # each repeat on its own: run k of the app against run k of the floor
+    assert repeat_ratios(app, floor) == pytest.approx([11.0 / 8.5, 20.5 / 7.0])
 
 
 def test_app_over_floor_needs_rounds_after_the_first():
