@@ -54,20 +54,25 @@ rounds = {rounds}
 """
 
 
+def floor_app(app_dir: Path, rounds: int) -> Path:
+    """The floor app as a Flower app folder `app_dir` (made; `rounds` rounds), for `flwr run`."""
+    shutil.copytree(HERE / "floor_app", app_dir / "floor_app",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (app_dir / "pyproject.toml").write_text(PYPROJECT.replace("{rounds}", str(rounds)))
+    return app_dir
+
+
 def floor_peak(clients: int = 5, rounds: int = 3) -> dict:
     """Peak host memory of the floor app's run, RSS and PSS, total and by process (MB)."""
     from benchmarks.run_memory import flwr_run_peak
     from experiments.superlink import LocalSuperLink
 
     with tempfile.TemporaryDirectory(prefix="sim-floor-") as tmp:
-        app_dir = Path(tmp) / "app"
-        shutil.copytree(HERE / "floor_app", app_dir / "floor_app",
-                        ignore=shutil.ignore_patterns("__pycache__"))
-        (app_dir / "pyproject.toml").write_text(PYPROJECT.replace("{rounds}", str(rounds)))
+        app_dir = floor_app(Path(tmp) / "app", rounds)
         federation = f"num-supernodes={clients} client-resources-num-cpus={os.cpu_count() or 1}"
         with LocalSuperLink() as link:
             proc, wall, peak = flwr_run_peak(link, "", federation, every=0.5, app_dir=app_dir)
-    if proc.returncode != 0 or f"floor round {rounds - 1}" not in proc.stdout + proc.stderr:
+    if proc.returncode != 0 or f"floor round {rounds}:" not in proc.stdout + proc.stderr:
         raise RuntimeError(f"the floor app failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return {"clients": clients, "rounds": rounds, "wall-seconds": wall, "peak-host-mb": peak,
             "peak-breakdown-mb": dict(flwr_run_peak.breakdown),

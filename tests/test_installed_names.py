@@ -3,10 +3,12 @@ of the user's with one of those names in front of ours on sys.path is named in a
 with the fix, before Python's own error from deep inside the library."""
 
 import ast
+import io
 import os
 import subprocess
 import sys
 import tomllib
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -25,6 +27,21 @@ def test_the_list_is_the_wheels_and_every_package_checks_first():
                    and getattr(n, "module", None) != "__future__"]
         assert isinstance(imports[0], ast.Import), name
         assert [a.name for a in imports[0].names] == ["fedacg_gc"], name
+
+
+def test_the_fab_ships_the_packages_and_nothing_else():
+    """pyproject's fab-include: the FAB that `flwr run` sends (and every deployed ClientApp
+    receives and hash-checks, docs/deployment.md#deployment-cost) holds every module of the
+    wheel's packages and fedacg_gc.py, and no docs, tests or benchmarks."""
+    from flwr.cli.build import build_fab_from_disk
+
+    names = set(zipfile.ZipFile(io.BytesIO(build_fab_from_disk(ROOT))).namelist())
+    assert {n.split("/")[0] for n in names} == {
+        *fedacg_gc.PACKAGES, "fedacg_gc.py", "LICENSE", "pyproject.toml", ".info"}
+    for name in fedacg_gc.PACKAGES:
+        modules = {f.relative_to(ROOT).as_posix() for f in (ROOT / name).rglob("*.py")
+                   if "__pycache__" not in f.parts}
+        assert modules and modules <= names, sorted(modules - names)
 
 
 def run_in(folder: Path, code: str) -> subprocess.CompletedProcess:
