@@ -279,6 +279,8 @@ def test_field(tmp_path):
             logs = {i: dep.flwr("log", str(i), dep.CONNECTION, "--show", timeout=120)
                     for i in field.run_ids}
             statuses = {i: field.status(i) for i in field.run_ids}
+            listed = json.loads(dep.flwr("supernode", "list", dep.CONNECTION, "--format",
+                                         "json", timeout=60))["nodes"]
             intruder = dep.background.procs["intruder"]
             assert intruder.poll() is not None and intruder.returncode != 0
             assert "Failed to activate SuperNode" in dep.background.log("intruder")
@@ -290,13 +292,18 @@ def test_field(tmp_path):
     results = json.loads(field.results.read_text())
     rows = results["rounds"]
     print("\n".join(field.events))
-    print(f"field test: {NODES}+{JOINERS} nodes, {ROUNDS} rounds in {wall:.0f} s")
+    print(f"field test: {NODES}+{JOINERS} nodes, {ROUNDS} rounds in {wall:.0f} s; Flower's "
+          f"runs {statuses}")
 
     # every round exactly once, the run complete, its three Flower runs as Flower says
     assert results["status"] == "complete", results.get("error")
     assert [r["round"] for r in rows] == list(range(ROUNDS + 1))
     assert statuses[field.run_ids[-1]] == "finished:completed", statuses
     assert all(statuses[i] != "finished:completed" for i in field.run_ids[:-1]), statuses
+
+    # a restarted node (same key) and the nodes after the SuperLink's restart came back as the
+    # nodes they were: one node id per registered key (the N nodes and the refused one)
+    assert len(listed) == N + 1, listed
 
     # each resume continued from the checkpoint it found: the one the test copied when the
     # ServerApp died (its SHA-256 in the resumed run's log), and kept its rows bitwise
