@@ -117,6 +117,8 @@ class LocalDeployment:
         self.user = {**self.env, "FLWR_HOME": str(folder / "operator")}
         self.background = Background(folder)
         self.link_port = self.proxy_port = 0
+        self.node_options: dict[str, tuple[list[str], str | None]] = {}  # start_node's
+        self.port_clashes: dict[str, int] = {}  # node -> restarts for a taken runtime port
 
     def _run(self, cmd: list[str], env: dict, timeout: float = 180) -> str:
         out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout,
@@ -164,12 +166,26 @@ class LocalDeployment:
                    ) -> subprocess.Popen:
         """deploy/supernode.sh as `name` (its key `key`, default `name`; FLWR_HOME of its own)
         with its further `options`, at the fleet proxy, on a free runtime port."""
+        self.node_options[name] = (options, key)
         return self.background.start(
             name, ["bash", str(DEPLOY / "supernode.sh"), "--superlink",
                    f"127.0.0.1:{self.proxy_port}", "--ca", str(self.creds / "ca.crt"),
                    "--key", str(self.creds / (key or name)), "--runtime-port", str(free_port()),
                    *options],
             {**self.env, "FLWR_HOME": str(self.folder / f"{name}-home")})
+
+    def restart_port_clashes(self, tries: int = 5) -> None:
+        """Start again, on another free port, each node that exited because its runtime port
+        was taken between `free_port()` and its bind (outgoing connections take ports of the
+        same range); at most `tries` times a node."""
+        for name, (options, key) in list(self.node_options.items()):
+            proc = self.background.procs.get(name)
+            if (proc is None or proc.poll() is None or self.port_clashes.get(name, 0) >= tries
+                    or "address already in use" not in self.background.log(name)[-5000:]):
+                continue
+            self.port_clashes[name] = self.port_clashes.get(name, 0) + 1
+            self.background.stop_one(name)
+            self.start_node(name, options, key)
 
     def start(self) -> "LocalDeployment":
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -192,7 +208,8 @@ class LocalDeployment:
             self.register(*names)
             for name, options in zip(names, self.nodes):
                 self.start_node(name, options)
-            wait_until(lambda: self.online() == len(names), 180, "every SuperNode online", bg)
+            wait_until(lambda: self.restart_port_clashes() or self.online() == len(names), 180,
+                       "every SuperNode online", bg)
         except BaseException:
             self.stop()
             raise

@@ -173,6 +173,7 @@ class Field:
                 proc = self.dep.background.procs[name]
                 assert proc.poll() is None, f"{name} exited:\n{self.dep.background.log(name)}"
             assert time.monotonic() < deadline, (f"timed out waiting for {what}", self.events)
+            self.dep.restart_port_clashes()
             self.sample()
             time.sleep(1)
 
