@@ -279,6 +279,8 @@ def test_field(tmp_path):
             field.drive()
             logs = {i: dep.flwr("log", str(i), dep.CONNECTION, "--show", timeout=120)
                     for i in field.run_ids}
+            for i, text in logs.items():  # (kept in the test's folder, to read)
+                (tmp_path / f"serverapp-{i}.log").write_text(text)
             statuses = {i: field.status(i) for i in field.run_ids}
             listed = json.loads(dep.flwr("supernode", "list", dep.CONNECTION, "--format",
                                          "json", timeout=60))["nodes"]
