@@ -55,19 +55,24 @@ class Background:
             if proc.poll() is not None:
                 raise RuntimeError(f"{name} exited ({proc.returncode}):\n{self.log(name)[-3000:]}")
 
+    def stop_one(self, name: str, sig: int = signal.SIGTERM) -> int:
+        """End command `name`'s process tree (`sig` first, then SIGTERM and SIGKILL; SIGKILL:
+        a crash, nothing may say goodbye) and forget it; its exit status."""
+        proc = self.procs.pop(name)
+        if proc.poll() is None:
+            if sig != signal.SIGTERM:
+                try:
+                    os.killpg(proc.pid, sig)
+                    proc.wait(15)
+                except (ProcessLookupError, subprocess.TimeoutExpired):
+                    pass
+            stop_process_tree(proc.pid, child=proc)
+        return proc.wait()
+
     def stop(self, sig: int = signal.SIGTERM) -> None:
         """End every command's process tree, newest first (`sig` first, then SIGKILL)."""
-        for proc in reversed(list(self.procs.values())):
-            if proc.poll() is None:
-                if sig != signal.SIGTERM:
-                    try:
-                        os.killpg(proc.pid, sig)
-                        proc.wait(15)
-                    except (ProcessLookupError, subprocess.TimeoutExpired):
-                        pass
-                stop_process_tree(proc.pid, child=proc)
-            proc.wait()
-        self.procs.clear()
+        for name in reversed(list(self.procs)):
+            self.stop_one(name, sig)
 
 
 def wait_until(check, timeout: float, what: str, background: Background | None = None) -> None:
@@ -98,15 +103,21 @@ class LocalDeployment:
 
     CONNECTION = "local-deployment"
 
-    def __init__(self, folder: Path, nodes: list[list[str]], env: dict | None = None):
+    def __init__(self, folder: Path, nodes: list[list[str]], env: dict | None = None,
+                 database: Path | None = None):
+        """`database`: the SuperLink's state file (`deploy/superlink.sh --database`), which
+        keeps registered nodes and runs across `restart_superlink()`; None: memory."""
         self.folder = folder
         self.nodes = nodes
+        self.database = database
         self.creds = folder / "credentials"
         self.env = {**(env or os.environ), "OMP_NUM_THREADS": os.environ.get(
             "OMP_NUM_THREADS", "1"), "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1"}
         self.user = {**self.env, "FLWR_HOME": str(folder / "operator")}
         self.background = Background(folder)
         self.link_port = self.proxy_port = 0
+        self.node_options: dict[str, tuple[list[str], str | None]] = {}  # start_node's
+        self.port_clashes: dict[str, int] = {}  # node -> restarts for a taken runtime port
 
     def _run(self, cmd: list[str], env: dict, timeout: float = 180) -> str:
         out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout,
@@ -122,19 +133,69 @@ class LocalDeployment:
         out = self.flwr("supernode", "list", self.CONNECTION, "--format", "json", timeout=60)
         return sum(n["status"] == "online" for n in json.loads(out)["nodes"])
 
+    def make_keys(self, *names: str) -> None:
+        """A key pair per node name, `<credentials>/<name>` and `.pub` (not registered)."""
+        self._run([sys.executable, str(DEPLOY / "credentials.py"), "node-key", "--out",
+                   str(self.creds), *names], self.env)
+
+    def register(self, *names: str) -> None:
+        """Register the public keys of `names` with the SuperLink (the operator's `flwr`)."""
+        self._run(["sh", str(DEPLOY / "register-supernodes.sh"), self.CONNECTION,
+                   *[str(self.creds / f"{n}.pub") for n in names]], self.user)
+
+    def start_superlink(self) -> subprocess.Popen:
+        """deploy/superlink.sh on `link_port` (on `database` when given), until healthy behind
+        the fleet proxy once the proxy runs."""
+        db = ["--database", str(self.database)] if self.database else []
+        return self.background.start(
+            "superlink", ["bash", str(DEPLOY / "superlink.sh"), "--credentials", str(self.creds),
+                          "--port", str(self.link_port), *db],
+            {**self.env, "FLWR_HOME": str(self.folder / "superlink-home")})
+
+    def restart_superlink(self, sig: int = signal.SIGTERM) -> subprocess.Popen:
+        """Stop the SuperLink's process tree (`sig` first: SIGKILL is a crash) and start it again
+        on the same port and database; returns once it answers behind the proxy."""
+        self.background.stop_one("superlink", sig)
+        proc = self.start_superlink()
+        wait_until(lambda: healthy(self.proxy_port, self.creds / "ca.crt"), 120,
+                   "the restarted SuperLink behind the fleet proxy", self.background)
+        return proc
+
+    def start_node(self, name: str, options: list[str], key: str | None = None
+                   ) -> subprocess.Popen:
+        """deploy/supernode.sh as `name` (its key `key`, default `name`; FLWR_HOME of its own)
+        with its further `options`, at the fleet proxy, on a free runtime port."""
+        self.node_options[name] = (options, key)
+        return self.background.start(
+            name, ["bash", str(DEPLOY / "supernode.sh"), "--superlink",
+                   f"127.0.0.1:{self.proxy_port}", "--ca", str(self.creds / "ca.crt"),
+                   "--key", str(self.creds / (key or name)), "--runtime-port", str(free_port()),
+                   *options],
+            {**self.env, "FLWR_HOME": str(self.folder / f"{name}-home")})
+
+    def restart_port_clashes(self, tries: int = 5) -> None:
+        """Start again, on another free port, each node that exited because its runtime port
+        was taken between `free_port()` and its bind (outgoing connections take ports of the
+        same range); at most `tries` times a node."""
+        for name, (options, key) in list(self.node_options.items()):
+            proc = self.background.procs.get(name)
+            if (proc is None or proc.poll() is None or self.port_clashes.get(name, 0) >= tries
+                    or "address already in use" not in self.background.log(name)[-5000:]):
+                continue
+            self.port_clashes[name] = self.port_clashes.get(name, 0) + 1
+            self.background.stop_one(name)
+            self.start_node(name, options, key)
+
     def start(self) -> "LocalDeployment":
         self.folder.mkdir(parents=True, exist_ok=True)
-        py = sys.executable
         names = [f"supernode-{i}" for i in range(len(self.nodes))]
-        self._run([py, str(DEPLOY / "credentials.py"), "tls", "--out", str(self.creds)], self.env)
-        self._run([py, str(DEPLOY / "credentials.py"), "node-key", "--out", str(self.creds),
-                   *names], self.env)
+        self._run([sys.executable, str(DEPLOY / "credentials.py"), "tls", "--out",
+                   str(self.creds)], self.env)
+        self.make_keys(*names)
         self.link_port, self.proxy_port = free_port(), free_port()
         bg = self.background
         try:
-            bg.start("superlink", ["bash", str(DEPLOY / "superlink.sh"), "--credentials",
-                                   str(self.creds), "--port", str(self.link_port)],
-                     {**self.env, "FLWR_HOME": str(self.folder / "superlink-home")})
+            self.start_superlink()
             bg.start("fleet-proxy", ["bash", str(DEPLOY / "fleet-proxy.sh"), "--credentials",
                                      str(self.creds), "--listen", f"127.0.0.1:{self.proxy_port}",
                                      "--superlink", str(self.link_port), "--run-dir",
@@ -143,15 +204,11 @@ class LocalDeployment:
                        "the SuperLink behind the fleet proxy", bg)
             self._run(["sh", str(DEPLOY / "add-connection.sh"), self.CONNECTION,
                        f"127.0.0.1:{self.link_port}", str(self.creds / "ca.crt")], self.user)
-            self._run(["sh", str(DEPLOY / "register-supernodes.sh"), self.CONNECTION,
-                       *[str(self.creds / f"{n}.pub") for n in names]], self.user)
+            self.register(*names)
             for name, options in zip(names, self.nodes):
-                bg.start(name, ["bash", str(DEPLOY / "supernode.sh"), "--superlink",
-                                f"127.0.0.1:{self.proxy_port}", "--ca", str(self.creds / "ca.crt"),
-                                "--key", str(self.creds / name), "--runtime-port",
-                                str(free_port()), *options],
-                         {**self.env, "FLWR_HOME": str(self.folder / f"{name}-home")})
-            wait_until(lambda: self.online() == len(names), 180, "every SuperNode online", bg)
+                self.start_node(name, options)
+            wait_until(lambda: self.restart_port_clashes() or self.online() == len(names), 180,
+                       "every SuperNode online", bg)
         except BaseException:
             self.stop()
             raise

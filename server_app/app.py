@@ -152,7 +152,8 @@ def open_run_dir(cfg: dict, context: Context, where: dict) -> tuple[Path, dict |
         check_owner(checkpoint, run_dir, read_results(run_dir) or {})
         check_resumable(checkpoint["config"], cfg, checkpoint["round"])
         cfg["run-name"] = resumed_run_name(cfg, checkpoint["config"], run_dir)
-        log(INFO, "Resuming %s at round %d", path, checkpoint["round"] + 1)
+        log(INFO, "Resuming %s (sha256 %s) at round %d", path, checkpoint["sha256"],
+            checkpoint["round"] + 1)
     else:
         run_dir = make_run_dir(cfg, hold=lambda folder: hold(folder, "run-name"))
     where["run_dir"] = run_dir

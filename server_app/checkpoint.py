@@ -24,6 +24,7 @@ round, is refused (docs/security.md#files-from-outside).
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import random
@@ -122,6 +123,9 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
         raise CheckpointError(f"checkpoint {path} cannot be resumed from: {problem}. It was not "
                               "written by this app as it is; resume from another checkpoint, "
                               "or start afresh with resume = ''.")
+    # which bytes were read (the resume's log line says it): the SHA-256 of the payload, the
+    # one its first line states; not a field of the file
+    ckpt["sha256"] = hashlib.sha256(raw).hexdigest()
     return ckpt
 
 

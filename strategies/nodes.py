@@ -113,6 +113,7 @@ class Nodes:
         # order they are first seen (docs/deployment.md#client-identity), named in its messages
         self.slotted: set[int] = set()
         self._connected: list[int] = []
+        self.seen: list[int] = []  # the nodes connected at the last sampling
         # Simulated nodes (the first node asked says so) can train on any partition: no node is
         # asked again; slot p is the p-th node by id, and each message names its partition.
         self.virtual_nodes: bool | None = None  # None: not known yet
@@ -336,6 +337,7 @@ class Nodes:
         """
         nodes, size = wait_for_nodes(grid, fraction, min_nodes, self.min_available_nodes,
                                      self.node_wait_timeout)
+        self.seen = nodes
         if self.sampling == "flower":  # Flower's own, as its FedAvg.configure_train samples
             return sample_nodes(grid, self.min_available_nodes, size)[0]
         if self.identify_nodes:
@@ -349,6 +351,14 @@ class Nodes:
             nodes = [n for n in nodes if n not in self.refused and n not in self.waiting]
             size = min(size, len(nodes))
         return self.rng.sample(self.ordered(nodes), size)
+
+    def counts(self) -> dict[str, int]:
+        """Of the nodes connected at the last sampling: how many, how many refused (never
+        sampled: their report was refused) and how many waiting for their client id's slot
+        (docs/results.md#failures-and-bad-updates)."""
+        return {"nodes-connected": len(self.seen),
+                "nodes-refused": sum(n in self.refused for n in self.seen),
+                "nodes-waiting": sum(n in self.waiting for n in self.seen)}
 
     # --- dynamic clients --------------------------------------------------------------------
     def messages(self, record: RecordDict, node_ids: list[int], message_type: str,

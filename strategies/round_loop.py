@@ -105,6 +105,7 @@ class MethodStrategy(RoundConfig, FedAvg):
         self._theta_record: ArrayRecord | None = None  # the record theta was last returned as
         self._phi = None  # the last broadcast point, name -> tensor (screening measures from it)
         self._sent: list[Message] = []  # the current train round's instructions
+        self._node_counts: dict[str, int] = {}  # Nodes.counts() at this round's sampling
         # Called with (round, metrics) after every aggregate_train, skipped rounds included.
         self.round_metrics_fn: Callable[[int, MetricRecord], None] | None = None
         # strategies.client_state_rounds.ClientStateRounds when a client part keeps per-client state
@@ -266,7 +267,7 @@ class MethodStrategy(RoundConfig, FedAvg):
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
-        self._sent = []
+        self._sent, self._node_counts = [], {}
         if self.fraction_train == 0.0:
             return []
         if self._theta_record is None or arrays is not self._theta_record:  # a replaced model
@@ -274,6 +275,7 @@ class MethodStrategy(RoundConfig, FedAvg):
         payload, self._phi = self.rule.broadcast(server_round)
         node_ids = self.nodes.sample(grid, self.fraction_train, self.min_train_nodes,
                                      self._construct)
+        self._node_counts = self.nodes.counts()  # counted in the round's row
         log(INFO, "configure_train: sampled %d nodes (%s)", len(node_ids),
             self.nodes.describe_sample(node_ids))
         if len(node_ids) < self.min_train_clients:  # pragma: no mutate (it only logs)
@@ -334,7 +336,7 @@ class MethodStrategy(RoundConfig, FedAvg):
                               f"{counts['timeouts']} timeouts, {counts['dropped']} dropped")
             log(WARNING, "round %d skipped (%s): the model and the server state are unchanged",
                 server_round, skip)
-            metrics = MetricRecord({**counts, "skipped": 1})
+            metrics = MetricRecord({**counts, **self._node_counts, "skipped": 1})
             if self.round_metrics_fn:
                 self.round_metrics_fn(server_round, metrics)
             return None, metrics
@@ -345,7 +347,7 @@ class MethodStrategy(RoundConfig, FedAvg):
         reported = screen_metrics(server_round, [(msg, n) for msg, _, n in screened.good],
                                   self.weighted_by_key, self.nodes.describe)
         metrics = safe_metrics(self.train_metrics_aggr_fn, reported, self.weighted_by_key)
-        for k, v in {**counts, "skipped": 0}.items():
+        for k, v in {**counts, **self._node_counts, "skipped": 0}.items():
             metrics[k] = v
         if self.round_metrics_fn:
             self.round_metrics_fn(server_round, metrics)

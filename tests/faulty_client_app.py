@@ -2,14 +2,17 @@
 
 tests/test_faults_simulation.py copies the app into a temporary folder next to this module and a
 `fault_plan.json`, and points the copy's pyproject at `faulty_client_app:app`. The production app
-has no fault hooks. Plan entries: {"partition": p, "round": r or "all", "fault": f, "seconds": s}
-with f = "raise" (the ClientApp raises), "hang" (sleeps `seconds` before answering), or "nan"
-(trains, then sends a model with a NaN).
+has no fault hooks. Plan entries: {"partition": p or "any", "round": r or "all", "fault": f,
+"seconds": s} with f = "raise" (the ClientApp raises), "hang" (sleeps `seconds` before
+answering), or "nan" (trains, then sends a model with a NaN). An entry with "once": "<absolute
+path>" applies to the first message only, the one that creates that file (every node on one
+machine shares it: tests/test_field.py's one straggler).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -28,7 +31,14 @@ app = ClientApp()
 def fault_for(context: Context, msg: Message) -> dict | None:
     pid = data_partition_of(msg, context)[0]  # simulated nodes: the partition the server names
     rnd = int(msg.content["config"]["server-round"])
-    return next((f for f in PLAN if f["partition"] == pid and f["round"] in ("all", rnd)), None)
+    fault = next((f for f in PLAN if f["partition"] in ("any", pid)
+                  and f["round"] in ("all", rnd)), None)
+    if fault and fault.get("once"):
+        try:
+            os.close(os.open(fault["once"], os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        except FileExistsError:
+            return None  # its one time has been
+    return fault
 
 
 @app.train()

@@ -125,7 +125,8 @@ def test_too_few_good_replies_skip_the_round_with_theta_and_m_unchanged():
         return handler_with(None, None)(i, msg)
 
     states, metrics = run_strategy(4, handler, rounds=3, min_train_clients=3)
-    assert metrics[2] == {"replies": 2, "errors": 2, "timeouts": 0, "dropped": 0, "skipped": 1}
+    assert metrics[2] == {"replies": 2, "errors": 2, "timeouts": 0, "dropped": 0, "skipped": 1,
+                          "nodes-connected": 4, "nodes-refused": 0, "nodes-waiting": 0}
     assert metrics[1]["skipped"] == metrics[3]["skipped"] == 0
     assert_equal_states([states[1]], [states[0]])  # round 2 changed neither theta nor m
     diff = max((states[2]["theta"][k] - states[1]["theta"][k]).abs().max()
@@ -142,7 +143,8 @@ def test_a_round_without_any_reply_is_skipped():
     with pytest.raises(NothingLearned, match=r"no round of 1-2 aggregated a reply \(the last: "
                        r"round 2: 0 good replies, min-train-clients = 1; 0 errors, 2 timeouts"):
         run_strategy(2, lambda i, msg: None, rounds=2, out=(states, metrics))
-    assert metrics[1] == {"replies": 0, "errors": 0, "timeouts": 2, "dropped": 0, "skipped": 1}
+    assert metrics[1] == {"replies": 0, "errors": 0, "timeouts": 2, "dropped": 0, "skipped": 1,
+                          "nodes-connected": 2, "nodes-refused": 0, "nodes-waiting": 0}
     init = random_state(99)
     assert all(torch.equal(states[1]["theta"][k], init[k]) for k in init)
     assert all(not v.any() for v in states[1]["m"].values())

@@ -32,14 +32,14 @@ PLAN = [
 ]
 
 
-def faulty_app_copy(dest: Path) -> Path:
+def faulty_app_copy(dest: Path, plan: list[dict] = PLAN) -> Path:
     """The app with `faulty_client_app:app` as its ClientApp, and the fault plan next to it."""
     for pkg in fedacg_gc.PACKAGES:
         shutil.copytree(ROOT / pkg, dest / pkg, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "fedacg_gc.py", dest)
     shutil.copy(ROOT / "README.md", dest)
     shutil.copy(ROOT / "tests" / "faulty_client_app.py", dest)
-    (dest / "fault_plan.json").write_text(json.dumps(PLAN))
+    (dest / "fault_plan.json").write_text(json.dumps(plan))
     pyproject = (ROOT / "pyproject.toml").read_text()
     pyproject, n = re.subn(r'clientapp = "client_app.app:app"',
                            'clientapp = "faulty_client_app:app"',

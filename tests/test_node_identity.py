@@ -292,3 +292,31 @@ def test_num_clients_without_a_client_id_on_a_node_with_own_data_is_refused():
                   state=RecordDict(), run_config={})
     with pytest.raises(ValueError, match="num-clients = 3 and no client-id"):
         partition_of(ctx)
+
+
+def test_each_rounds_row_counts_the_connected_refused_and_waiting_nodes():
+    """The round's metrics (results.json: train-nodes-connected, -refused, -waiting) count the
+    nodes connected when the round sampled: here 4, of which node 2 is refused (its
+    num-clients is not the federation's 3) and node 3 waits (node 1 holds its client-id)."""
+    from strategy_helpers import LookaheadFedAvg, random_state, reply
+
+    reports = [(0, 3), (1, 3), (2, 99), (1, 3)]
+
+    def handler(i, msg):
+        if msg.metadata.message_type == "query":
+            pid, n = reports[i]
+            return RecordDict({"metrics": MetricRecord(
+                {"simulated": 0, "partition-id": pid, "num-partitions": n})})
+        phi = msg.content["arrays"].to_torch_state_dict()
+        return reply({k: v + 0.01 for k, v in phi.items()}, 10)
+
+    strategy = LookaheadFedAvg(lam=0.5, lookahead=True, fraction_train=1.0, min_train_nodes=2,
+                               fraction_evaluate=0.0, identify_nodes=True)
+    seen = {}
+    strategy.round_metrics_fn = lambda r, metrics: seen.setdefault(r, dict(metrics))
+    strategy.start(grid=FakeGrid(4, handler), initial_arrays=ArrayRecord(random_state(1)),
+                   num_rounds=2)
+    for r in (1, 2):
+        counts = {k: seen[r][k] for k in ("nodes-connected", "nodes-refused", "nodes-waiting")}
+        assert counts == {"nodes-connected": 4, "nodes-refused": 1, "nodes-waiting": 1}, r
+        assert seen[r]["replies"] == 2  # nodes 0 and 1 trained
