@@ -252,7 +252,10 @@ class MethodStrategy(RoundConfig, FedAvg):
         """Stop the run (ServerStateNotFinite) when theta or the rule's state holds NaN or Inf:
         nothing after it (evaluation, checkpoint, final model) sees a broken state."""
         state = {"theta": state_view(self._theta_record), **self.rule.state_to_check()}
-        check_server_state(state, when, getattr(self.rule, "cfg", None))
+        robust = getattr(self.rule, "robust", None)  # (the rules with a server step or DP)
+        check_server_state(state, when, eta=getattr(self.rule, "eta", None),
+                           dp_noise_multiplier=getattr(robust, "dp_noise_multiplier", 0.0),
+                           dp_clipping_norm=getattr(robust, "dp_clipping_norm", 0.0))
 
     def _start_rule(self, arrays: ArrayRecord) -> None:
         self.rule.start(arrays)

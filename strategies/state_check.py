@@ -56,26 +56,26 @@ def nonfinite_parts(state: Mapping[str, Any]) -> dict[str, list[str]]:
     return found
 
 
-def likely_causes(cfg: Mapping[str, Any] | None) -> str:
-    """What to change, from the run config (the rule's; None: the generic advice)."""
-    cfg = cfg or {}
+def likely_causes(*, eta: float | None = None, dp_noise_multiplier: float = 0.0,
+                  dp_clipping_norm: float = 0.0) -> str:
+    """What to change, from the rule's settings (`eta`: its server step, None where it has
+    none; the DP noise of its robust aggregation)."""
     causes = []
-    z, c = cfg.get("dp-noise-multiplier", 0.0), cfg.get("dp-clipping-norm", 0.0)
+    z, c = dp_noise_multiplier, dp_clipping_norm
     if z and c:
         causes.append(f"the DP noise (std dp-noise-multiplier x dp-clipping-norm / replies = "
                       f"{z:g} x {c:g} / replies): lower them")
-    if "eta" in cfg:
-        causes.append(f"the server step eta = {cfg['eta']!r}: lower it")
+    if eta is not None:
+        causes.append(f"the server step eta = {eta!r}: lower it")
     causes.append("huge client updates let through: lower lr, keep update-norm-ratio on "
                   "(or set update-clip-ratio)")
     return "; ".join(causes)
 
 
-def check_server_state(state: Mapping[str, Any], when: str,
-                       cfg: Mapping[str, Any] | None = None) -> None:
+def check_server_state(state: Mapping[str, Any], when: str, **causes: Any) -> None:
     """ServerStateNotFinite naming `when` ('after the update of round 3'), the state, its
     tensors and what to change, when any tensor of `state` (name -> tensor, or nested dicts /
-    lists of them) holds NaN or Inf."""
+    lists of them) holds NaN or Inf; `causes`: `likely_causes`' keywords (the rule's settings)."""
     found = nonfinite_parts(state)
     if not found:
         return
@@ -88,4 +88,4 @@ def check_server_state(state: Mapping[str, Any], when: str,
         f"the server state is not finite {when}: NaN or Inf in {what}. The run stops here (going "
         "on would train from a broken model); results.json keeps the rounds before, no final "
         "model is written and the last checkpoint stays as it was. Likely cause: "
-        f"{likely_causes(cfg)}; then start afresh (a resumed run keeps these values).")
+        f"{likely_causes(**causes)}; then start afresh (a resumed run keeps these values).")

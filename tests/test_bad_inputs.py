@@ -268,8 +268,7 @@ def test_nonfinite_parts_names_every_tensor_and_reads_nested_state():
     assert nonfinite_parts(state) == {"theta": ["b"], "fedvarp": ["y"], "m_t": ["w"]}
     check_server_state({"theta": {"a": ok}, "count": torch.tensor([3])}, "now")  # finite: quiet
     with pytest.raises(RuntimeError, match="lower them; the server step eta = 1.0"):
-        check_server_state(state, "now", {"dp-noise-multiplier": 1.0, "dp-clipping-norm": 2.0,
-                                          "eta": 1.0})
+        check_server_state(state, "now", dp_noise_multiplier=1.0, dp_clipping_norm=2.0, eta=1.0)
 
 
 @pytest.mark.parametrize("method,poisoned", [("fedacg", "m"), ("scaffold", "scaffold-c")])
