@@ -327,10 +327,10 @@ def test_resume_latest_takes_only_the_same_run_name_or_refuses(tmp_path):
 
 # --- plots during the run, tracking -------------------------------------------------------
 def test_plots_are_redrawn_every_plot_every_rounds(tmp_path, monkeypatch):
-    import reporting.plots
+    import server_app.results
 
     drawn = []
-    monkeypatch.setattr(reporting.plots, "plot_run",
+    monkeypatch.setattr(server_app.results, "plot_run",  # (the name the results writer calls)
                         lambda rows, run_dir, title="", metric="test-acc":
                         drawn.append(rows[-1]["round"]))
     run_app(tmp_path, **{"num-server-rounds": 5, "plot-every": 2})

@@ -359,6 +359,7 @@ def test_a_worker_that_dies_stops_the_parallel_sweep_with_what_to_do(tmp_path, m
     (a stand-in executor plays the pool)."""
     import concurrent.futures as cf
 
+    from experiments import sweep_cells
     from experiments.sweep_cells import run_parallel
 
     class DeadPool:
@@ -376,7 +377,7 @@ def test_a_worker_that_dies_stops_the_parallel_sweep_with_what_to_do(tmp_path, m
         def shutdown(self, **kwargs):
             pass
 
-    monkeypatch.setattr(cf, "ProcessPoolExecutor", DeadPool)
+    monkeypatch.setattr(sweep_cells, "ProcessPoolExecutor", DeadPool)  # (the name it calls)
     grid = write(tmp_path / "g.yaml", {"out-dir": str(tmp_path / "out"), "seeds": [0, 1, 2],
                                        "methods": {"FedAvg": {"method": "fedavg"}}})
     sweep = load_sweep(grid, backend="in-process")
