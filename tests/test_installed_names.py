@@ -37,7 +37,7 @@ def test_the_fab_ships_the_packages_and_nothing_else():
 
     names = set(zipfile.ZipFile(io.BytesIO(build_fab_from_disk(ROOT))).namelist())
     assert {n.split("/")[0] for n in names} == {
-        *fedacg_gc.PACKAGES, "fedacg_gc.py", "LICENSE", "pyproject.toml", ".info"}
+        *fedacg_gc.PACKAGES, "fedacg_gc.py", "pyproject.toml", ".info"}
     for name in fedacg_gc.PACKAGES:
         modules = {f.relative_to(ROOT).as_posix() for f in (ROOT / name).rglob("*.py")
                    if "__pycache__" not in f.parts}
