@@ -36,7 +36,7 @@ from .results import (RunRecorder, make_run_dir, mark_failed, mark_running, read
                       write_json_atomic)
 from .run_lock import hold_run_dir
 from .sim_poll import speed_up_message_poll
-from .traffic import MeteredGrid
+from .traffic import REPLY_POLL_SECONDS, MeteredGrid
 
 app = ServerApp()
 
@@ -212,6 +212,8 @@ def federation_grid(cfg: dict, grid: Grid, partitions: dict | None) -> MeteredGr
         speed_up_message_poll(grid)  # docs/performance.md#many-clients
     grid = MeteredGrid(grid)  # counts the clients and bytes of every message sent and received
     grid.fixed_size = simulation  # too few simulated nodes: an error at once, no waiting
+    if not simulation:  # a deployment: the round ends with its last reply (Flower's: 3 s polls)
+        grid.poll_seconds = REPLY_POLL_SECONDS
     return grid
 
 

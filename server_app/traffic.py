@@ -4,15 +4,23 @@ Every message that goes through `send_and_receive` (or `push_messages` / `pull_m
 counted by message type: messages sent, replies received, error replies, and the bytes of the
 ArrayRecords (`ArrayRecord.count_bytes()`: the serialized arrays and their keys) down and up.
 A broadcast to n nodes counts n times: each node gets its own copy.
+
+In a deployment it also pulls the replies every `REPLY_POLL_SECONDS` instead of Flower's 3 s
+(flwr 1.41's `Grid.send_and_receive`), so a round ends with its last reply, not up to 3 s later
+(docs/deployment.md#against-flowers-floor).
 """
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Iterable
 
 from flwr.app import Message, RecordDict
 from flwr.serverapp import Grid
+
+
+REPLY_POLL_SECONDS = 0.25  # a deployed ServerApp's pull of the replies (one small gRPC call)
 
 
 def array_bytes(content: RecordDict) -> int:
@@ -23,6 +31,7 @@ class MeteredGrid(Grid):
     """Delegates everything to `grid`; `take(message_type)` returns and resets the counters."""
 
     fixed_size = False  # True: the node count never grows (simulation); see wait_for_nodes
+    poll_seconds: float | None = None  # the replies' pull interval; None: the grid's own
 
     def __init__(self, grid: Grid):
         self.grid = grid
@@ -54,10 +63,25 @@ class MeteredGrid(Grid):
     # --- Grid ---------------------------------------------------------------------------
     def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None):
         messages = list(messages)
-        self._sent(messages)
-        replies = list(self.grid.send_and_receive(messages, timeout=timeout))
-        self._received(replies)
-        return replies
+        if self.poll_seconds is None:
+            self._sent(messages)
+            replies = list(self.grid.send_and_receive(messages, timeout=timeout))
+            self._received(replies)
+            return replies
+        # Flower's loop (push, then pull until every reply is in or the timeout has passed),
+        # with a shorter pause between the pulls
+        waiting = set(self.push_messages(messages))
+        del messages
+        end = None if timeout is None else time.monotonic() + timeout
+        replies: list[Message] = []
+        while True:
+            got = self.pull_messages(waiting)
+            replies.extend(got)
+            waiting.difference_update(msg.metadata.reply_to_message_id for msg in got)
+            left = None if end is None else end - time.monotonic()
+            if not waiting or (left is not None and left <= 0):
+                return replies
+            time.sleep(self.poll_seconds if left is None else min(self.poll_seconds, left))
 
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
         messages = list(messages)
