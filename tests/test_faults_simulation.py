@@ -45,6 +45,10 @@ def faulty_app_copy(dest: Path, plan: list[dict] = PLAN) -> Path:
                            'clientapp = "faulty_client_app:app"',
                            pyproject)
     assert n == 1
+    pyproject, n = re.subn(r'fab-include = \[',  # (the FAB holds only the listed files)
+                           'fab-include = ["/faulty_client_app.py", "/fault_plan.json", ',
+                           pyproject)
+    assert n == 1
     (dest / "pyproject.toml").write_text(pyproject)
     return dest
 

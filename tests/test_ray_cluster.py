@@ -37,6 +37,9 @@ def app_copy(dest: Path) -> Path:
                            'clientapp = "where_client_app:app"',
                            (ROOT / "pyproject.toml").read_text())
     assert n == 1
+    pyproject, n = re.subn(r'fab-include = \[',  # (the FAB holds only the listed files)
+                           'fab-include = ["/where_client_app.py", ', pyproject)
+    assert n == 1
     (dest / "pyproject.toml").write_text(pyproject)
     return dest
 
