@@ -212,8 +212,8 @@ def federation_grid(cfg: dict, grid: Grid, partitions: dict | None) -> MeteredGr
         speed_up_message_poll(grid)  # docs/performance.md#many-clients
     grid = MeteredGrid(grid)  # counts the clients and bytes of every message sent and received
     grid.fixed_size = simulation  # too few simulated nodes: an error at once, no waiting
-    if not simulation:  # a deployment: the round ends with its last reply (Flower's: 3 s polls)
-        grid.poll_seconds = REPLY_POLL_SECONDS
+    if type(grid.grid).__name__ == "HttpGrid":  # Flower's deployed grid (its poll: every 3 s)
+        grid.poll_seconds = REPLY_POLL_SECONDS  # the round ends with its last reply
     return grid
 
 

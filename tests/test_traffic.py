@@ -99,3 +99,18 @@ def test_a_deployments_poll_returns_flowers_replies_at_its_shorter_interval(cloc
     assert grid.take("train") == flower.take("train") == {
         "sent": len(ready), "replies": len(expected), "errors": 0, "bytes-down": 0,
         "bytes-up": 0}
+
+
+def test_only_flowers_deployed_grid_gets_the_short_poll():
+    """A deployed ServerApp's grid (flwr 1.41: `HttpGrid`, which polls every 3 s) is pulled at
+    REPLY_POLL_SECONDS; the simulation's and the in-process grid keep their own loops (the
+    in-process one has no push/pull at all)."""
+    from inprocess import InProcessGrid
+    from run_config import resolve
+    from server_app.app import federation_grid
+
+    deployed = http_grid.HttpGrid.__new__(http_grid.HttpGrid)  # (not connected: never used)
+    assert federation_grid(resolve({}), deployed, None).poll_seconds == \
+        traffic.REPLY_POLL_SECONDS
+    in_process = InProcessGrid.__new__(InProcessGrid)
+    assert federation_grid(resolve({}), in_process, None).poll_seconds is None
