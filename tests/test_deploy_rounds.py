@@ -102,3 +102,19 @@ def test_floor_and_app_deployed_on_the_same_two_nodes(tmp_path):
     assert [r["round"] for r in app["rows"]] == [0, 1, 2]
     assert app["ratio"] == pytest.approx(app["app-round"] / app["floor-round"])
     assert "| 2 | `num-server-rounds=2 fraction-train=1.0` |" in out.stdout
+
+
+def test_the_floors_process_age_is_the_apps():
+    """The floor app imports nothing of the project, so it repeats client_app's
+    process_seconds: both must measure the same thing (the code after the docstring)."""
+    import ast
+    import inspect
+
+    import benchmarks.floor_app.client_app as floor
+    import client_app.app as ours
+
+    def body(fn) -> str:
+        node = ast.parse(inspect.getsource(fn)).body[0]
+        return ast.dump(ast.Module(body=node.body[1:], type_ignores=[]))
+
+    assert body(floor.process_seconds) == body(ours.process_seconds)
