@@ -42,6 +42,7 @@ import random
 import re
 import shutil
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -75,6 +76,16 @@ def rows_of(path: Path) -> list[dict]:
         return json.loads(path.read_text())["rounds"]
     except (OSError, ValueError, KeyError):
         return []
+
+
+def read_status(path: Path, since: float = 0.0) -> str | None:
+    """results.json's status, if written after `since` (time.time())."""
+    try:
+        if path.stat().st_mtime < since:
+            return None
+        return json.loads(path.read_text())["status"]
+    except (OSError, ValueError, KeyError):
+        return None
 
 
 def checkpoint_round(path: Path) -> int | None:
@@ -147,6 +158,7 @@ class Field:
         self.snapshots: list[tuple[int, bytes]] = []  # checkpoints the run resumed from
         self.samples: list[tuple[int, int, int]] = []  # (round, rss kB, fds) of the SuperLink
         self.t0 = time.monotonic()
+        self.submitted = time.time()  # the last submission's
 
     def note(self, what: str) -> None:
         self.events.append(f"{time.monotonic() - self.t0:6.0f} s: {what}")
@@ -161,21 +173,59 @@ class Field:
         out = self.dep.flwr("run", str(self.app), self.dep.CONNECTION, "--run-config", config,
                             timeout=300)
         self.run_ids.append(int(re.search(r"started run (\d+)", out).group(1)))
+        self.submitted = time.time()
         self.note(f"run {self.run_ids[-1]} submitted" + (" (resume)" if resume else ""))
 
     def done(self) -> int:
         return len(rows_of(self.results)) - 1
 
     def wait_for(self, check, what: str, timeout: float = 900) -> None:
+        """Until check(); fails at once if the SuperLink or the proxy exits, or if the run
+        being waited for has ended (its results.json or `flwr ls` says so), after `timeout`."""
         deadline = time.monotonic() + timeout
+        asked = time.monotonic()
         while not check():
             for name in ("superlink", "fleet-proxy"):
                 proc = self.dep.background.procs[name]
                 assert proc.poll() is None, f"{name} exited:\n{self.dep.background.log(name)}"
-            assert time.monotonic() < deadline, (f"timed out waiting for {what}", self.events)
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            if read_status(self.results, self.submitted) == "failed":
+                raise AssertionError(f"the run failed while waiting for {what}")
+            if time.monotonic() - asked > 30:  # (a `flwr ls`: a second of CPU)
+                asked = time.monotonic()
+                try:
+                    status = self.status(self.run_ids[-1])
+                except (RuntimeError, subprocess.TimeoutExpired, StopIteration, ValueError):
+                    status = "unknown"  # (a busy SuperLink: asked again in 30 s)
+                assert not status.startswith("finished") or check(), (
+                    f"run {self.run_ids[-1]} {status} while waiting for {what}")
             self.dep.restart_port_clashes()
             self.sample()
             time.sleep(1)
+
+    def diagnose(self) -> str:
+        """What a failed field test prints: events, the runs' states, the ServerApps' logs,
+        the tails of the SuperLink's and the nodes' logs."""
+        parts = ["events:", *self.events]
+        asks = [("flwr ls", ("ls", self.dep.CONNECTION, "--format", "json"))]
+        asks += [(f"flwr log {i}", ("log", str(i), self.dep.CONNECTION, "--show"))
+                 for i in self.run_ids]
+        for what, args in asks:
+            try:
+                out = self.dep.flwr(*args, timeout=60)
+            except Exception as exc:  # (a diagnosis never raises)
+                out = f"{type(exc).__name__}: {exc}"
+            parts.append(f"--- {what} ---\n{out[-4000:]}")
+        try:
+            parts.append(f"--- results.json ---\n{self.results.read_text()[-3000:]}")
+        except OSError as exc:
+            parts.append(f"--- results.json: {exc}")
+        alive = [n for n, p in self.dep.background.procs.items() if p.poll() is None]
+        parts.append(f"--- processes alive: {alive}")
+        for name in ("superlink", "fleet-proxy", *sorted(self.options)[:2]):
+            if name in self.dep.background.procs:
+                parts.append(f"--- {name}.log (tail) ---\n{self.dep.background.log(name)[-3000:]}")
+        return "\n".join(parts)
 
     def sample(self) -> None:
         if "superlink restarted" in " ".join(self.events):  # the restarted SuperLink's life
@@ -289,7 +339,7 @@ def test_field(tmp_path):
             assert "Failed to activate SuperNode" in dep.background.log("intruder")
             assert healthy(dep.proxy_port, dep.creds / "ca.crt")
         except BaseException:
-            print("\n".join(field.events))
+            print(field.diagnose(), flush=True)
             raise
     wall = time.monotonic() - t0
     results = json.loads(field.results.read_text())
