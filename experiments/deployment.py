@@ -31,6 +31,13 @@ ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
 
 
+def default_sigint() -> None:
+    """SIGINT back to its default in a child: a command started from a process that ignores it
+    (any started in the background, `cmd &`) would ignore it too, and a shell script could not
+    trap it, so stop(signal.SIGINT), a Ctrl-C, would not reach it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Background:
     """Long-running commands in new sessions, each logging to `<folder>/<name>.log`."""
 
@@ -42,7 +49,8 @@ class Background:
               ) -> subprocess.Popen:
         with fresh_log(self.folder / f"{name}.log") as log:  # (never through a link)
             proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                    cwd=cwd or self.folder, start_new_session=True)
+                                    cwd=cwd or self.folder, start_new_session=True,
+                                    preexec_fn=default_sigint)
         self.procs[name] = proc
         return proc
 

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from experiments.deployment import default_sigint
+
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
 sys.path.insert(0, str(ROOT / "docker"))
@@ -380,7 +382,8 @@ def test_the_fleet_proxy_passes_a_signal_to_nginx_then_removes_its_folder(sig, s
     nginx.write_text(f"#!/bin/sh\ntrap 'exit 0' TERM\necho \"$$\" > {started}\n"
                      "while :; do sleep 1; done\n")
     proc = subprocess.Popen(["bash", str(DEPLOY / "fleet-proxy.sh"), "--credentials",
-                             str(creds)], env=env, stdout=subprocess.PIPE, text=True)
+                             str(creds)], env=env, stdout=subprocess.PIPE, text=True,
+                            preexec_fn=default_sigint)  # (also when pytest ignores SIGINT)
     try:
         folder = proxy_folder(proc.stdout.readline())
         deadline = time.monotonic() + 60
