@@ -135,6 +135,27 @@ def memory_and_files(pid: int) -> tuple[int, int] | None:
         return None
 
 
+def machine_state() -> str:
+    """Load, memory, processes and threads now (a failed field test's resources)."""
+    threads = 0
+    table = processes()
+    for pid in table:
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+            threads += int(re.search(r"^Threads:\s+(\d+)", status, re.M).group(1))
+        except (OSError, AttributeError):
+            continue
+    try:
+        meminfo = Path("/proc/meminfo").read_text()
+        available = int(re.search(r"^MemAvailable:\s+(\d+)", meminfo, re.M).group(1)) // 1024
+    except (OSError, AttributeError):
+        available = -1
+    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+    return (f"load average {load}, {available} MiB available, {len(table)} processes, "
+            f"{threads} threads, flwr-clientapp processes "
+            f"{sum('flwr-clientapp' in cmd for _, cmd in table.values())}")
+
+
 def heartbeat_wrapper(folder: Path) -> Path:
     """A folder with `flower-supernode`: Flower's, announcing its shortest heartbeat interval."""
     folder.mkdir()
@@ -222,6 +243,7 @@ class Field:
             parts.append(f"--- results.json: {exc}")
         alive = [n for n, p in self.dep.background.procs.items() if p.poll() is None]
         parts.append(f"--- processes alive: {alive}")
+        parts.append(f"--- the machine: {machine_state()}")
         for name in ("superlink", "fleet-proxy", *sorted(self.options)[:2]):
             if name in self.dep.background.procs:
                 parts.append(f"--- {name}.log (tail) ---\n{self.dep.background.log(name)[-3000:]}")
