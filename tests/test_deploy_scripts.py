@@ -381,9 +381,15 @@ def test_the_fleet_proxy_passes_a_signal_to_nginx_then_removes_its_folder(sig, s
     nginx = Path(env["PATH"].split(":")[0]) / "nginx"  # runs until a signal ends it
     nginx.write_text(f"#!/bin/sh\ntrap 'exit 0' TERM\necho \"$$\" > {started}\n"
                      "while :; do sleep 1; done\n")
-    proc = subprocess.Popen(["bash", str(DEPLOY / "fleet-proxy.sh"), "--credentials",
-                             str(creds)], env=env, stdout=subprocess.PIPE, text=True,
-                            preexec_fn=default_sigint)  # (also when pytest ignores SIGINT)
+    # started as from a pytest in the background (`cmd &`), which ignores SIGINT and hands that
+    # on: a shell cannot trap a signal ignored on entry, so default_sigint gives it back
+    ignoring = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        proc = subprocess.Popen(["bash", str(DEPLOY / "fleet-proxy.sh"), "--credentials",
+                                 str(creds)], env=env, stdout=subprocess.PIPE, text=True,
+                                preexec_fn=default_sigint)
+    finally:
+        signal.signal(signal.SIGINT, ignoring)
     try:
         folder = proxy_folder(proc.stdout.readline())
         deadline = time.monotonic() + 60
