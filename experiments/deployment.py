@@ -57,10 +57,10 @@ class Background:
     def log(self, name: str) -> str:
         return read_tail(self.folder / f"{name}.log", LOG_TAIL).decode(errors="replace")
 
-    def check(self) -> None:
-        """Raise, with its log, if a command has ended."""
+    def check(self, names: tuple[str, ...] | None = None) -> None:
+        """Raise, with its log, if a command (of `names`, default all) has ended."""
         for name, proc in self.procs.items():
-            if proc.poll() is not None:
+            if (names is None or name in names) and proc.poll() is not None:
                 raise RuntimeError(f"{name} exited ({proc.returncode}):\n{self.log(name)[-3000:]}")
 
     def stop_one(self, name: str, sig: int = signal.SIGTERM) -> int:
@@ -83,11 +83,13 @@ class Background:
             self.stop_one(name, sig)
 
 
-def wait_until(check, timeout: float, what: str, background: Background | None = None) -> None:
+def wait_until(check, timeout: float, what: str, background: Background | None = None,
+               names: tuple[str, ...] | None = None) -> None:
+    """Until check(); raises if one of `background`'s commands `names` (default all) ends."""
     deadline = time.monotonic() + timeout
     while not check():
         if background is not None:
-            background.check()
+            background.check(names)
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
         time.sleep(0.5)
@@ -166,7 +168,8 @@ class LocalDeployment:
         self.background.stop_one("superlink", sig)
         proc = self.start_superlink()
         wait_until(lambda: healthy(self.proxy_port, self.creds / "ca.crt"), 120,
-                   "the restarted SuperLink behind the fleet proxy", self.background)
+                   "the restarted SuperLink behind the fleet proxy", self.background,
+                   ("superlink", "fleet-proxy"))  # (a node may have ended: not this one's say)
         return proc
 
     def start_node(self, name: str, options: list[str], key: str | None = None

@@ -411,3 +411,24 @@ def test_the_fleet_proxy_passes_a_signal_to_nginx_then_removes_its_folder(sig, s
                 os.kill(int(started.read_text()), signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def test_background_check_raises_for_an_ended_command_only_among_those_named(tmp_path):
+    """restart_superlink waits on the SuperLink and the proxy alone: a node that has ended
+    (a refused one) is not the restart's failure (issue 50's field test)."""
+    from experiments.deployment import Background, wait_until
+
+    background = Background(tmp_path)
+    background.start("ended", [sys.executable, "-c", "print('bye')"], dict(os.environ))
+    background.start("alive", [sys.executable, "-c", "import time; time.sleep(60)"],
+                     dict(os.environ))
+    try:
+        background.procs["ended"].wait(30)
+        background.check(("alive",))
+        wait_until(lambda: True, 1, "nothing", background, ("alive",))
+        with pytest.raises(RuntimeError, match="ended exited .0.:\nbye"):
+            background.check()
+        with pytest.raises(RuntimeError, match="ended exited"):
+            wait_until(lambda: False, 30, "never", background, ("alive", "ended"))
+    finally:
+        background.stop()
