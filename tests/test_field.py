@@ -31,12 +31,13 @@ again with resume='latest' (docs/deployment.md#in-the-field), which the test doe
 
 Each SuperNode announces Flower's shortest heartbeat interval (test_deployment_faults.SUPERNODE,
 put first on PATH as `flower-supernode` for deploy/supernode.sh), so that the SuperLink notices a
-killed node after ~20 s instead of ~60 s, and runs at nice 10 with its ClientApps: in the field the
-SuperLink has a machine of its own; here 20 nodes share 2 cores with it, and a SuperLink starved
-so long that a write to its SQLite state waits past Flower's 5 s lock timeout loses the run
-(docs/deployment.md#in-the-field, "the SuperLink's database is locked"), as in CI's run of
-2026-11-27. If that happens beside the planned lock, the test recovers the same way (at most
-MAX_RECOVERIES times in all, each an event and a checked resume) and says so. Sizes are the
+killed node after ~20 s instead of ~60 s, and runs at NODE_NICENESS with its ClientApps (its
+session's too, see heartbeat_wrapper): in the field the SuperLink has a machine of its own; here
+20 nodes share 2 cores with it, and a SuperLink starved so long that a write to its SQLite state
+waits past Flower's 5 s lock timeout loses the run (docs/deployment.md#in-the-field, "the
+SuperLink's database is locked"), as in CI's runs of 2026-11-27. If that happens beside the
+planned lock, the test recovers the same way (at most MAX_RECOVERIES times in all, each an event
+and a checked resume) and says so. Sizes are the
 constants below (FIELD_NODES and FIELD_ROUNDS in the environment override them for a quick try,
 FIELD_ROUNDS 12 at least). Marked `long` and `slow`; every process is stopped by its process
 tree, also when the test fails.
@@ -81,7 +82,7 @@ STRAGGLE = JOIN + 2  # the round in which the straggler trains
 SERVERAPP_KILL = max(STRAGGLE + 1, ROUNDS // 2)
 assert LOCK + 1 < SUPERLINK_RESTART and SERVERAPP_KILL + 2 <= ROUNDS, (
     "FIELD_ROUNDS too small for the events")
-MAX_RECOVERIES = 3  # runs Flower may lose to a locked database: LOCK's, and 2 (the docstring)
+MAX_RECOVERIES = 4  # runs Flower may lose to a locked database: LOCK's, and 3 (the docstring)
 LOCKED = "database is locked"  # Flower's SQLite state, a write that waited past 5 s
 SERVER_ERROR = "500 Internal Server Error"  # what its clients then get
 
@@ -183,13 +184,21 @@ def machine_state() -> str:
             f"{sum('flwr-clientapp' in cmd for _, cmd in table.values())}")
 
 
+NODE_NICENESS = 19  # the nodes' and their ClientApps' (the SuperLink's is the caller's)
+
+
 def heartbeat_wrapper(folder: Path) -> Path:
     """A folder with `flower-supernode`: Flower's, announcing its shortest heartbeat interval,
-    at nice 10 (its ClientApps too): the SuperLink first, as on a machine of its own."""
+    at NODE_NICENESS with its ClientApps: the SuperLink first, as on a machine of its own.
+    Each node runs in a session of its own, and where the kernel groups sessions for the
+    scheduler (autogroup, /proc/sys/kernel/sched_autogroup_enabled) a process's niceness only
+    ranks it within its session: the session's own (/proc/self/autogroup) is set too."""
     folder.mkdir()
     script = folder / "flower-supernode"
-    code = "import os; os.nice(10); " + SUPERNODE[2]
-    script.write_text(f"#!{sys.executable}\n" + code.replace("; ", "\n") + "\n")
+    lower = (f"import os\nos.nice({NODE_NICENESS})\ntry:\n"
+             f"    with open('/proc/self/autogroup', 'w') as f:\n"
+             f"        f.write('{NODE_NICENESS}')\nexcept OSError:\n    pass\n")
+    script.write_text(f"#!{sys.executable}\n" + lower + SUPERNODE[2].replace("; ", "\n") + "\n")
     script.chmod(0o755)
     return folder
 
@@ -260,20 +269,20 @@ class Field:
 
     def recover(self, status: str, details: str, failed: bool) -> bool:
         """The operator's recovery (docs/deployment.md#in-the-field) from a run that Flower lost
-        to its locked database: the SuperLink's log says so, and the run ended for want of the
-        ServerApp's heartbeat (whose request got the error), or it failed on the error itself
-        (results.json), or the SuperLink's SuperExec exited (its poll got it: no run starts any
-        more). Restart the SuperLink (a new SuperExec) and each node that got the error, and
-        resume the run from its checkpoint unless it never started. False, doing nothing, in
-        any other case."""
+        to its locked database: the SuperLink's log says so, and the run ended failed (`flwr
+        ls`, or results.json: for want of the ServerApp's heartbeat, whose request got the
+        error, on the error itself, or on a push the SuperLink could not store), or the
+        SuperLink's SuperExec exited (its poll got it: no run starts any more). Restart the
+        SuperLink (a new SuperExec) and each node that got the error, and resume the run from
+        its checkpoint unless it never started. False, doing nothing, in any other case."""
         if len(self.recoveries) >= MAX_RECOVERIES or LOCKED not in self.dep.background.log(
                 "superlink"):
             return False
         table = processes()
         superexec = [pid for pid in under(self.dep.background.procs["superlink"].pid)
                      if "flower-superexec" in table.get(pid, (0, ""))[1]]
-        ended = (status == "finished:failed" and details.startswith("No heartbeat")) or (
-            failed and SERVER_ERROR in str(read_results(self.results).get("error")))
+        ended = status == "finished:failed" or failed  # (by a lapsed heartbeat, an HTTP 500,
+        # or a push the SuperLink could not store: `ObjectPushError`, "push session ...")
         if not ended and superexec:
             return False
         self.dep.restart_superlink()
@@ -285,7 +294,8 @@ class Field:
         for name in hit:
             self.dep.background.stop_one(name)
             self.dep.start_node(name, *self.dep.node_options[name])
-        what = ("the run ended" if ended else "Flower's SuperExec exited") + (
+        why = f" ({details[:100]})" if details not in ("", "N/A") else ""
+        what = (f"the run ended{why}" if ended else "Flower's SuperExec exited") + (
             f", {len(hit)} nodes that got the error restarted" if hit else "")
         if ended or status != "pending":
             self.snapshot()
