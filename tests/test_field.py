@@ -37,10 +37,9 @@ session's too, see heartbeat_wrapper): in the field the SuperLink has a machine 
 waits past Flower's 5 s lock timeout loses the run (docs/deployment.md#in-the-field, "the
 SuperLink's database is locked"), as in CI's runs of 2026-11-27. If that happens beside the
 planned lock, the test recovers the same way (at most MAX_RECOVERIES times in all, each an event
-and a checked resume) and says so. Sizes are the
-constants below (FIELD_NODES and FIELD_ROUNDS in the environment override them for a quick try,
-FIELD_ROUNDS 12 at least). Marked `long` and `slow`; every process is stopped by its process
-tree, also when the test fails.
+and a checked resume) and says so. Sizes are the constants below (FIELD_NODES and FIELD_ROUNDS
+in the environment override them for a quick try, FIELD_ROUNDS 12 at least). Marked `long` and
+`slow`; every process is stopped by its process tree, also when the test fails.
 """
 
 from __future__ import annotations
