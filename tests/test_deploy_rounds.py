@@ -1,7 +1,7 @@
 """benchmarks/deploy_rounds.py --against floor: the floor ServerApp's round lines read back, the
 app's round over the floor's (medians of rounds 2-N, pooled over runs) and the split of the
 extra, against hand computations; its arguments; and (slow) the floor app and the app deployed on
-one deployment of 2 nodes for 2 rounds. No timing is asserted."""
+one deployment of 2 nodes for 2 rounds (`long`). No timing is asserted."""
 
 import json
 import subprocess
@@ -88,6 +88,8 @@ def test_arguments():
 
 
 @pytest.mark.slow
+@pytest.mark.long  # (75 s; the tests above pin its arithmetic, test_deployment.py a
+# deployment in the default run)
 def test_floor_and_app_deployed_on_the_same_two_nodes(tmp_path):
     out = subprocess.run(
         [sys.executable, "-m", "benchmarks.deploy_rounds", "--against", "floor", "--nodes", "2",
