@@ -113,7 +113,7 @@ def plain_cell(plan: dict, out: Path) -> None:
                     xb = torch.where(flip[:, None, None, None], xb.flip(3), xb)
                     xb = (xb / 255 - mean) / std
                     t2 = time.perf_counter()
-                    opt.zero_grad()
+                    opt.zero_grad(set_to_none=False)  # no fresh gradient buffers a step
                     F.cross_entropy(model(xb), y[b]).backward()
                     opt.step()
                     t3 = time.perf_counter()

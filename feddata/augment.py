@@ -43,10 +43,9 @@ def random_crop(x: torch.Tensor, padding: int, offsets: torch.Tensor) -> torch.T
     b, _, h, w = x.shape
     padded = F.pad(x, (padding, padding, padding, padding))
     offsets = offsets.to(x.device)
-    rows = offsets[:, :1] + torch.arange(h, device=x.device)  # [B, H]
-    cols = offsets[:, 1:] + torch.arange(w, device=x.device)  # [B, W]
-    batch = torch.arange(b, device=x.device)[:, None, None]
-    return padded[batch, :, rows[:, :, None], cols[:, None, :]].permute(0, 3, 1, 2)
+    # every window as a view [B, C, 2p+1, 2p+1, H, W]; one gather copies each image's own
+    windows = padded.unfold(2, h, 1).unfold(3, w, 1)
+    return windows[torch.arange(b, device=x.device), :, offsets[:, 0], offsets[:, 1]]
 
 
 def hflip(x: torch.Tensor, flip: torch.Tensor) -> torch.Tensor:

@@ -14,6 +14,7 @@ evaluation.
 
 from __future__ import annotations
 
+import functools
 import io
 import math
 import warnings
@@ -173,10 +174,8 @@ def input_tensor(ds, spec: DatasetSpec) -> torch.Tensor:
         return torch.from_numpy(np.asarray(arrays, dtype=np.float32).reshape(n, *spec.in_shape))
     c, h, w = spec.in_shape
     if _is_pixel_array(ds, spec):  # an IDX folder's pixels, kept as stored (sources.py)
-        column = ds.select_columns([spec.image]).with_format("arrow")[:][spec.image]
-        rows = [chunk.storage.flatten().flatten().to_numpy() for chunk in column.chunks]
-        pixels = np.concatenate(rows) if rows else np.zeros(0, np.uint8)
-        return torch.from_numpy(pixels.astype(np.uint8).reshape(n, c, h, w))
+        return pixel_tensor(ds.select_columns([spec.image]).with_format("arrow")[:][spec.image],
+                            spec)
     mode = "L" if c == 1 else "RGB"
     out = np.empty((n, c, h, w), dtype=np.uint8)
     for i, img in enumerate(ds[spec.image] if n else []):
@@ -185,6 +184,14 @@ def input_tensor(ds, spec: DatasetSpec) -> torch.Tensor:
         except PixelsRefused as err:
             raise PixelsRefused(f"example {i}: {err}") from None
     return torch.from_numpy(out)
+
+
+def pixel_tensor(column, spec: DatasetSpec) -> torch.Tensor:
+    """The uint8 [N, C, H, W] pixels of an Arrow column of an IDX folder's grey images (rows of
+    H x W uint8 arrays, `_is_pixel_array`): one copy of its buffers."""
+    rows = [chunk.storage.flatten().flatten().to_numpy() for chunk in column.chunks]
+    pixels = np.concatenate(rows) if rows else np.zeros(0, np.uint8)
+    return torch.from_numpy(pixels.astype(np.uint8).reshape(len(column), *spec.in_shape))
 
 
 class LabelRefused(ValueError):
@@ -231,7 +238,15 @@ def normalize(x: torch.Tensor, spec: DatasetSpec) -> torch.Tensor:
     """Stored values -> model input: (x / scale - mean) / std per channel; text is left as it is."""
     if spec.kind == "chars":
         return x
-    shape = (1, -1) + (1,) * (x.dim() - 2)
-    mean = torch.tensor(spec.mean, dtype=torch.float32, device=x.device).view(shape)
-    std = torch.tensor(spec.std, dtype=torch.float32, device=x.device).view(shape)
+    mean, std = _mean_std(tuple(spec.mean), tuple(spec.std), x.dim(), x.device)
     return (x.float() / spec.scale - mean) / std
+
+
+@functools.lru_cache(maxsize=64)
+def _mean_std(mean: tuple, std: tuple, dim: int, device: torch.device
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The per-channel mean and std as tensors shaped to broadcast over `dim` dimensions, made
+    once per dataset, shape and device (normalize runs on every training batch)."""
+    shape = (1, -1) + (1,) * (dim - 2)
+    return (torch.tensor(mean, dtype=torch.float32, device=device).view(shape),
+            torch.tensor(std, dtype=torch.float32, device=device).view(shape))

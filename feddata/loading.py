@@ -18,7 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .decode import input_tensor, label_tensor, normalize
+from .decode import (_is_pixel_array, class_indices, input_tensor, label_tensor,
+                     normalize, pixel_tensor)
 from .digits import load_digits_dataset
 from .own_data import read_own_data
 from .partition import held_out_size
@@ -63,6 +64,7 @@ class _Source:
             seed=s.seed,
         )
         self._splits: tuple | None = None  # (train, test)
+        self._whole: tuple | bool | None = None  # whole_train(): tensors, False or not yet
 
     def _load(self) -> tuple:
         if self._splits is None:
@@ -100,8 +102,38 @@ class _Source:
     def test(self):
         return self._load()[1]
 
+    def whole_train(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The train split's stored inputs and labels as tensors, in its row order, where
+        reading them whole is one copy of a buffer (an IDX folder's pixels); None elsewhere
+        (images to decode: each client decodes its own). A partition is then the rows of its
+        indices, the same rows as `select` gives, without a `datasets` selection and its
+        per-partition Arrow reads (a tenth of a second a client)."""
+        if self._whole is None:
+            self._whole = _whole_pixels(self._load()[0], DATASET_BY_NAME[self.settings.dataset])
+        return self._whole or None
+
     def train_split(self):
         return self._load()[0]
+
+
+def _whole_pixels(train, spec: DatasetSpec) -> tuple[torch.Tensor, torch.Tensor] | bool:
+    """(inputs, labels) of every row of `train`, an IDX folder's split (False for other data):
+    read from the Arrow table under it, then put in its row order (the shuffle's mapping of
+    rows to the table's, which `datasets` keeps as `_indices`; reading through the mapping
+    gathers row by row: a minute for 60,000 images)."""
+    if not _is_pixel_array(train, spec):
+        return False
+    table = train.data
+    labels = table.column(spec.label)
+    if labels.null_count:
+        return False  # label_tensor names the example that has none
+    x = pixel_tensor(table.column(spec.image), spec)
+    y = torch.from_numpy(class_indices(labels.to_numpy()).reshape(len(table)))
+    mapping = getattr(train, "_indices", None)
+    if mapping is not None:
+        order = torch.from_numpy(mapping.column(0).to_numpy().astype(np.int64))
+        x, y = torch.index_select(x, 0, order), torch.index_select(y, 0, order)
+    return x, y
 
 
 @functools.lru_cache(maxsize=4)
@@ -128,6 +160,13 @@ def check_shards(settings: SplitSettings, num_partitions: int, train_examples: i
 
 def load_partition(settings: SplitSettings, partition_id: int, num_partitions: int):
     """The raw partition (a `datasets.Dataset`) of client `partition_id`."""
+    rows = partition_rows(settings, partition_id, num_partitions)
+    return _source(settings, num_partitions).partitioner.dataset.select(rows)
+
+
+def partition_rows(settings: SplitSettings, partition_id: int, num_partitions: int):
+    """The train split's row indices of client `partition_id`'s partition, in its order; the
+    split's errors explained."""
     if not 0 <= partition_id < num_partitions:
         raise ValueError(
             f"partition-id {partition_id} is not in [0, num-partitions={num_partitions})")
@@ -135,8 +174,9 @@ def load_partition(settings: SplitSettings, partition_id: int, num_partitions: i
     source = _source(s, num_partitions)
     if s.partitioner == "shards":
         check_shards(s, num_partitions, len(source.train_split()))
+    source.train_split()  # the partitioner's dataset, assigned on first use
     try:
-        return source.load_partition(partition_id)
+        return source.partitioner.partition_indices()[partition_id]
     except ValueError as err:
         if s.partitioner == "lda":
             raise ValueError(
@@ -156,8 +196,12 @@ def to_tensors(ds, spec: DatasetSpec, ready: bool) -> tuple[torch.Tensor, torch.
 
 @functools.lru_cache(maxsize=256)
 def _client_data(key: SplitSettings, partition_id: int, num_partitions: int) -> ClientData:
-    part = load_partition(key, partition_id, num_partitions)
+    rows = partition_rows(key, partition_id, num_partitions)
     spec = DATASET_BY_NAME[key.dataset]
+    whole = _source(key, num_partitions).whole_train()
+    if whole is not None:
+        return _client_data_from(whole, np.asarray(rows, dtype=np.int64), key, spec)
+    part = _source(key, num_partitions).partitioner.dataset.select(rows)
     val_n = held_out_size(len(part), key.client_val_fraction)
     if val_n > 0:
         split = part.train_test_split(test_size=val_n, seed=key.seed)
@@ -165,6 +209,25 @@ def _client_data(key: SplitSettings, partition_id: int, num_partitions: int) -> 
     else:
         train, val = part, part.select([])
     return ClientData(*to_tensors(train, spec, ready=False), *to_tensors(val, spec, ready=True))
+
+
+def _client_data_from(whole: tuple[torch.Tensor, torch.Tensor], rows: np.ndarray,
+                      key: SplitSettings, spec: DatasetSpec) -> ClientData:
+    """`_client_data` cut from the whole train split's tensors: the partition's `rows` (of the
+    train split, in the partition's order, as `select` takes them), and its held-out part as
+    `datasets`' own `train_test_split` orders them (run on the row numbers)."""
+    from datasets import Dataset
+
+    val_n = held_out_size(len(rows), key.client_val_fraction)
+    train, val = rows, rows[:0]
+    if val_n > 0:
+        split = Dataset.from_dict({"row": rows}).train_test_split(test_size=val_n, seed=key.seed)
+        train, val = (np.asarray(split[name]["row"], dtype=np.int64) for name in ("train", "test"))
+    x, y = whole
+    train_i, val_i = torch.from_numpy(train), torch.from_numpy(val)
+    take = torch.index_select  # row copies (x[i] gathers element by element: 10x slower)
+    return ClientData(take(x, 0, train_i), take(y, 0, train_i), normalize(take(x, 0, val_i), spec),
+                      take(y, 0, val_i))
 
 
 def load_client_data(settings: SplitSettings, partition_id: int,

@@ -140,15 +140,25 @@ def plot_label_distribution(counts: np.ndarray, label_names: Sequence[str], path
     fig, ax = _figure(title or "Examples per label in each client's partition",
                       "client (partition id)", "examples",
                       width=max(FIGSIZE[0], 0.25 * clients + 2))
+    from matplotlib.collections import PolyCollection
+    from matplotlib.patches import Patch
+
     colors = colormaps["RdYlGn"]([j / max(labels - 1, 1) for j in range(labels)])
     bottom = [0] * clients
-    for j in range(labels):
-        ax.bar(range(clients), counts[:, j], bottom=bottom, width=0.8, color=colors[j],
-               label=str(label_names[j]))
-        bottom = [b + int(c) for b, c in zip(bottom, counts[:, j])]
+    handles = []
+    for j in range(labels):  # one collection of bars per label (a patch a bar: 10x slower)
+        top = [b + int(c) for b, c in zip(bottom, counts[:, j])]
+        ax.add_collection(PolyCollection(
+            [[(i - 0.4, b), (i + 0.4, b), (i + 0.4, t), (i - 0.4, t)]
+             for i, (b, t) in enumerate(zip(bottom, top)) if t > b],
+            facecolors=[colors[j]], edgecolors="none"))
+        handles.append(Patch(facecolor=colors[j], label=str(label_names[j])))
+        bottom = top
+    ax.set_xlim(-0.6, clients - 0.4)
+    ax.set_ylim(0, max(max(bottom), 1) * 1.05)
     ax.grid(False)
     ax.set_xticks(range(0, clients, 1 if clients <= 20 else 2))  # every other one named past 20
-    handles, names = ax.get_legend_handles_labels()
-    fig.legend(handles[::-1], names[::-1], title="labels", loc="center left",  # top label on top
+    fig.legend(handles[::-1], [h.get_label() for h in handles[::-1]], title="labels",
+               loc="center left",  # top label on top
                bbox_to_anchor=(1.0, 0.5), fontsize=8, ncols=1 + (labels - 1) // 25)
     return _save(fig, path, bbox="tight")
