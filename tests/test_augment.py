@@ -132,3 +132,18 @@ def test_transform_on_the_gpu_matches_the_cpu():
     cpu = t(x, torch.Generator().manual_seed(5))
     gpu = t(x.cuda(), torch.Generator().manual_seed(5))
     assert gpu.is_cuda and torch.allclose(cpu, gpu.cpu(), atol=1e-5)
+
+
+def test_crop_of_every_offset_is_the_window_of_the_padded_image():
+    """Each image's window, cut one image at a time from its own padded copy by slicing (the
+    definition), for every offset, several channels and a non-square image."""
+    for c, h, w, pad in ((1, 28, 28, 4), (3, 5, 7, 2)):
+        x = batch(2 * (2 * pad + 1) ** 2, c, h, w, seed=c).float()
+        offsets = torch.tensor([(dy, dx) for dy in range(2 * pad + 1)
+                                for dx in range(2 * pad + 1)] * 2)
+        out = random_crop(x, pad, offsets)
+        assert out.shape == x.shape
+        for i, (dy, dx) in enumerate(offsets.tolist()):
+            padded = torch.zeros(c, h + 2 * pad, w + 2 * pad)
+            padded[:, pad:pad + h, pad:pad + w] = x[i]
+            assert torch.equal(out[i], padded[:, dy:dy + h, dx:dx + w]), (c, i, dy, dx)

@@ -329,3 +329,35 @@ def test_a_file_there_twice_is_refused_by_every_reader_with_its_error(tmp_path, 
                           "fashion-mnist"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 1 and "Traceback" not in out.stderr
     assert "keep one" in out.stderr
+
+
+@pytest.mark.parametrize("val_fraction", [0.0, 0.25])
+def test_a_partition_is_cut_from_the_whole_split_as_datasets_selects_it(tmp_path, arrays,
+                                                                       val_fraction):
+    """An IDX folder's partitions are cut by index from the whole (shuffled) training split
+    (`_Source.whole_train`); each must hold exactly the rows `datasets` gives for the
+    partition, read one by one as Python values (and its held-out part as `datasets`'
+    train_test_split orders it)."""
+    from feddata.loading import forget_client_data, load_partition
+
+    idx = write_idx_folder(tmp_path / "idx", arrays, gz=True)
+    cfg = cfg_for(idx, partitioner="dirichlet-balanced", seed=3,
+                  **{"client-val-fraction": val_fraction})
+    forget_client_data()
+    for pid in (0, 3):
+        got = load_client_data(cfg, pid, 4)
+        part = load_partition(cfg, pid, 4)
+        val_n = round(len(part) * val_fraction)
+        if val_n:
+            split = part.train_test_split(test_size=val_n, seed=3)
+            train, val = split["train"], split["test"]
+        else:
+            train, val = part, part.select([])
+        for x, y, rows, scaled in ((got.train_x, got.train_y, train, False),
+                                   (got.val_x, got.val_y, val, True)):
+            pixels = np.array([np.asarray(r["image"], dtype=np.float64) for r in rows])
+            want = (pixels / 255 - 0.2860) / 0.3530 if scaled else pixels
+            assert x.shape == (len(rows), 1, 28, 28) and y.tolist() == [r["label"] for r in rows]
+            assert np.allclose(x.numpy()[:, 0].astype(np.float64), want.reshape(-1, 28, 28),
+                               atol=1e-5 if scaled else 0)
+        assert len(got.train_y) + len(got.val_y) == len(part) and len(got.val_y) == val_n
