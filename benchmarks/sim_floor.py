@@ -27,6 +27,9 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+# the one reader of a ClientApp's process age, shared with the app's ClientApp (standard library
+# only): copied into the floor app's package, which imports nothing of the project
+PROCESS_AGE = HERE.parent / "client_app" / "process_age.py"
 
 PYPROJECT = """[build-system]
 requires = ["hatchling"]
@@ -55,9 +58,11 @@ rounds = {rounds}
 
 
 def floor_app(app_dir: Path, rounds: int) -> Path:
-    """The floor app as a Flower app folder `app_dir` (made; `rounds` rounds), for `flwr run`."""
+    """The floor app as a Flower app folder `app_dir` (made; `rounds` rounds), for `flwr run`:
+    benchmarks/floor_app/ and client_app/process_age.py in its package `floor_app`."""
     shutil.copytree(HERE / "floor_app", app_dir / "floor_app",
                     ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copyfile(PROCESS_AGE, app_dir / "floor_app" / PROCESS_AGE.name)
     (app_dir / "pyproject.toml").write_text(PYPROJECT.replace("{rounds}", str(rounds)))
     return app_dir
 

@@ -11,7 +11,6 @@ message; in a simulation actor, data and model are also cached in memory between
 from __future__ import annotations
 
 import functools
-import os
 import sys
 import time
 
@@ -32,6 +31,7 @@ from run_config import node_data_mismatch
 from .client_state_store import store_for
 from .client_step import LocalContext
 from .local_update import local_update
+from .process_age import deployed_process, process_seconds
 from .settings import method_parts, node_client_id, settings
 from .received import check_train_config
 
@@ -222,24 +222,6 @@ def evaluate(msg: Message, context: Context) -> Message:
     if len(data.val_y):
         metrics.update({"eval-loss": loss, "eval-acc": acc})
     return Message(content=RecordDict({"metrics": MetricRecord(metrics)}), reply_to=msg)
-
-
-def deployed_process() -> bool:
-    """True in a deployed ClientApp: a `flwr-clientapp` process, started for one message."""
-    return sys.argv[0].endswith("flwr-clientapp")
-
-
-def process_seconds() -> float | None:
-    """Seconds from this process's start to now (Linux's /proc; None elsewhere): in a deployed
-    ClientApp, Python's start, the imports and fetching the message."""
-    try:
-        with open("/proc/self/stat") as f:
-            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime
-        with open("/proc/uptime") as f:
-            uptime = float(f.read().split()[0])
-        return max(uptime - start_ticks / os.sysconf("SC_CLK_TCK"), 0.0)
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def simulated() -> bool:

@@ -23,7 +23,7 @@ from pathlib import Path
 from fileio.in_place import fresh_log
 from fileio.reading import read_tail
 
-from .superlink import free_port, stop_process_tree
+from .processes import free_port, stop_process_tree
 
 LOG_TAIL = 2**20  # the end of a command's log that errors show
 

@@ -6,9 +6,8 @@
     python -m pages.examples --all         # everything
     python -m pages.examples --check       # exit 1 if a generated file is out of date
 
-Generated from the code (no run): `docs/configuration.md` (`python -m pages --markdown`),
-`docs/setups.md` (`python -m pages --setups-page`) and the README's methods table
-(`python -m pages --methods`).
+Generated from the code (no run): every file `python -m pages` writes (`pages.generated`:
+docs/configuration.md, docs/methods.md, docs/setups.md, pyproject.toml's config section).
 
 Measured (a real run, written between `<!-- example:NAME -->` and `<!-- /example:NAME -->` in
 README.md, with the command, the time it took and the machine it ran on):
@@ -43,14 +42,6 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 MAIN_FEDERATION = "num-supernodes=20"
 MEASURED = ROOT / "runs" / "examples"  # the latest measured blocks (not in git)
-
-
-def generated_files() -> dict[Path, str]:
-    """Every file (or README block) that is generated from the code, with its expected text."""
-    from pages.tables import configuration_page, setups_page
-
-    return {ROOT / "docs" / "configuration.md": configuration_page(),
-            ROOT / "docs" / "setups.md": setups_page()}
 
 
 def _number(value) -> float:
@@ -182,22 +173,19 @@ def main(argv: list[str] | None = None) -> int:
                 args.note, args.lock, args.fresh, run=not args.sweep_table))
             print("measured the example sweep")
 
-    from pages.tables import methods
+    from pages.generated import generated_files, stale_files, write_files
 
-    expected = dict(generated_files())
-    readme = replace_block(README.read_text(), "methods", methods())
+    expected = generated_files()
+    readme = README.read_text()
     for saved in sorted(MEASURED.glob("*.md")):
         readme = replace_block(readme, saved.stem, saved.read_text())
     expected[README] = readme
-    stale = [p for p, text in expected.items() if not p.exists() or p.read_text() != text]
     if args.check:
+        stale = stale_files(expected)
         for p in stale:
             print(f"out of date: {p.relative_to(ROOT)} (run python -m pages.examples)")
         return 1 if stale else 0
-    for p in stale:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(expected[p])
-        print(f"wrote {p.relative_to(ROOT)}")
+    write_files(expected)
     return 0
 
 

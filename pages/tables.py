@@ -1,11 +1,13 @@
 """The pages generated from the one definition of every key (`run_config/schema.py` and the
-methods' `settings`, `presets.py`, `topics.py`, `setups/*.yaml`); `python -m pages` prints them:
+methods' `settings`, `presets.py`, `topics.py`, `setups/*.yaml`). `python -m pages` writes every
+generated file (`pages.generated`); each part is printed by
 
-    python -m pages --markdown     docs/configuration.md (every key, grouped by topic)
-    python -m pages --methods      the README's methods table
-    python -m pages --setups       the paper set-ups table (in docs/setups.md)
-    python -m pages --setups-page  docs/setups.md
-    python -m pages --toml         the [tool.flwr.app.config] section of pyproject.toml
+    python -m pages --markdown      docs/configuration.md (every key, grouped by topic)
+    python -m pages --methods       the methods table (in docs/methods.md)
+    python -m pages --methods-page  docs/methods.md
+    python -m pages --setups        the paper set-ups table (in docs/setups.md)
+    python -m pages --setups-page   docs/setups.md
+    python -m pages --toml          the [tool.flwr.app.config] section of pyproject.toml
 """
 
 from run_config.presets import PRESETS, base_preset
@@ -43,9 +45,9 @@ CONFIGURATION_INTRO = """# Configuration
 Every run-config key, with its default, its allowed values and what it does. Each key is defined
 once (type, default, range, help, topic): the app's own in `run_config/schema.py`, a method's own
 knobs in its module in `methods/` ([extending](extending.md#a-methods-knobs)); the same
-definition validates a run, makes the `[tool.flwr.app.config]` section of `pyproject.toml`
-(`python -m pages --toml`) and this page (`python -m pages --markdown`, by the topics of
-`run_config/topics.py`; a test keeps the page equal to that output). A wrong key or value stops
+definition validates a run, makes the `[tool.flwr.app.config]` section of `pyproject.toml` and
+this page (by the topics of `run_config/topics.py`; `python -m pages` writes both, and a test
+keeps them equal to what it would write). A wrong key or value stops
 the run before anything starts, with an error naming the key and what is allowed.
 
 Set keys with `flwr run . --run-config "KEY=VALUE KEY=VALUE"`: strings in single quotes
@@ -86,6 +88,24 @@ def methods() -> str:
         rows.append(f"| `{name}` | {method.server_rule} | "
                     f"{', '.join(method.client_parts) or '-'} | {sets or '-'} | {method.paper} |")
     return "\n".join(rows)
+
+
+METHODS_INTRO = """# Methods
+
+Every method `method` names (`flwr run . --run-config "method='gcfed'"`), from the methods
+registry (one module per method in `methods/`, [extending](extending.md#add-a-method)): its
+server rule, its client parts, the keys it sets away from plain FedAvg's values (the keys whose
+default is `'preset'`; giving one a value overrides the method) and its paper. What the keys
+mean: [configuration](configuration.md#method); the formulas: [algorithms](algorithms.md); the
+baselines as their authors' codes run them: [baselines](baselines.md).
+
+This page is generated: `python -m pages` (a test keeps it equal to what that writes).
+"""
+
+
+def methods_page() -> str:
+    """docs/methods.md: the methods table."""
+    return METHODS_INTRO + "\n" + methods() + "\n"
 
 
 def setups() -> str:
@@ -150,7 +170,7 @@ None of these set-ups has been run to the end here (they need the hub datasets a
 `reported.rows` are the papers' numbers, not ours. How close each set-up is to its authors' code,
 element by element, and what still differs: [fidelity](#fidelity).
 
-This page is generated: `python -m pages --setups-page > docs/setups.md`.
+This page is generated: `python -m pages` (a test keeps it equal to what that writes).
 """
 
 

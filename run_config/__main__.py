@@ -4,7 +4,7 @@
     python -m run_config --command NAME             the command that runs the paper set-up NAME
 
 The pages generated from the keys (docs/configuration.md, docs/setups.md, the pyproject section,
-the README's methods table) are made by `python -m pages`.
+docs/methods.md) are made by `python -m pages`.
 """
 
 import argparse

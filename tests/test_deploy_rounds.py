@@ -106,17 +106,42 @@ def test_floor_and_app_deployed_on_the_same_two_nodes(tmp_path):
     assert "| 2 | `num-server-rounds=2 fraction-train=1.0` |" in out.stdout
 
 
-def test_the_floors_process_age_is_the_apps():
-    """The floor app imports nothing of the project, so it repeats client_app's
-    process_seconds: both must measure the same thing (the code after the docstring)."""
+def test_the_floor_reads_its_process_age_with_the_apps_one_reader(tmp_path):
+    """One reader of a ClientApp's process age, client_app/process_age.py: the app's ClientApp
+    imports it, and the floor app's package (benchmarks.sim_floor.floor_app) gets a copy of the
+    file, so the floor app still imports nothing of the project: its modules import the standard
+    library, torch, flwr and its own package only, and importing its ClientApp loads no module
+    of the project."""
     import ast
-    import inspect
 
-    import benchmarks.floor_app.client_app as floor
     import client_app.app as ours
+    import fedacg_gc
+    from benchmarks.sim_floor import floor_app
+    from client_app import process_age
 
-    def body(fn) -> str:
-        node = ast.parse(inspect.getsource(fn)).body[0]
-        return ast.dump(ast.Module(body=node.body[1:], type_ignores=[]))
-
-    assert body(floor.process_seconds) == body(ours.process_seconds)
+    assert ours.process_seconds is process_age.process_seconds
+    assert ours.deployed_process is process_age.deployed_process
+    package = floor_app(tmp_path / "app", 2) / "floor_app"
+    assert (package / "process_age.py").read_bytes() == \
+        (ROOT / "client_app" / "process_age.py").read_bytes()
+    outside = []
+    for path in sorted(package.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module]
+            else:
+                continue
+            outside += [f"{path.name}: {n}" for n in names if n.split(".")[0] not in
+                        ("torch", "flwr") and n.split(".")[0] not in sys.stdlib_module_names]
+    assert outside == []
+    project = sorted({*fedacg_gc.PACKAGES, "fedacg_gc", "benchmarks", "experiments", "pages"})
+    probe = (f"import sys; sys.path.insert(0, {str(package.parent)!r})\n"
+             "import floor_app.client_app as c\n"
+             f"print([m for m in sys.modules if m.split('.')[0] in {project!r}], "
+             "c.process_seconds() > 0, c.deployed_process())")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["[]", "True", "False"]

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from experiments.deployment import Background, healthy, wait_until
-from experiments.superlink import free_port
+from experiments.processes import free_port
 from other_user import other_users_superlink
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from experiments.superlink import free_port
+from experiments.processes import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow

@@ -6,11 +6,12 @@ headings and table rows), not from the code that writes the pages.
 
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from pages.tables import markdown, methods, setups_page
+from pages.tables import markdown, methods, methods_page, setups_page
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -124,13 +125,13 @@ def test_the_table_check_catches_an_unescaped_pipe():
 
 def test_configuration_page_is_the_generated_one():
     page = (ROOT / "docs" / "configuration.md").read_text()
-    assert page == markdown(), "run: python -m pages --markdown > docs/configuration.md"
+    assert page == markdown(), "run: python -m pages"
     assert len(tables(page)) >= 6  # one per topic
 
 
 def test_setups_page_is_the_generated_one():
     page = (ROOT / "docs" / "setups.md").read_text()
-    assert page == setups_page(), "run: python -m pages --setups-page > docs/setups.md"
+    assert page == setups_page(), "run: python -m pages"
 
 
 def test_a_key_without_a_topic_is_listed_under_other():
@@ -146,10 +147,27 @@ def test_a_key_without_a_topic_is_listed_under_other():
         [("Method", ["lam", "method"]), ("Local training", ["lr"]), ("Other", ["brand-new-key"])]
 
 
-def test_readme_is_short_and_holds_the_current_methods_table():
+def test_readme_is_short_and_links_the_methods_page():
+    """The methods table grows with every method, so it lives in docs/methods.md, not in the
+    README (which stays under its cap whatever the number of methods)."""
     readme = (ROOT / "README.md").read_text()
     assert len(readme.encode()) <= 15_000, f"README.md is {len(readme.encode())} bytes"
-    assert methods() in readme, "run: python -m pages.examples"
+    assert "docs/methods.md" in relative_links(ROOT / "README.md")
+    assert "| method | server rule |" not in readme
+
+
+def test_methods_page_is_the_generated_one_with_a_row_per_method():
+    import methods as registry
+
+    page = (ROOT / "docs" / "methods.md").read_text()
+    assert page == methods_page(), "run: python -m pages"
+    assert methods() in page
+    (table,) = tables(page)
+    names = [re.fullmatch(r"\| `([^`]+)` \|.*", line).group(1) for _, line in table[2:]]
+    assert sorted(names) == sorted(registry.METHODS)
+    # a few rows by hand (docs/algorithms.md#presets)
+    assert "| `fedacg` | momentum | proximal | `lookahead` true, `lam` 0.85, `beta` 0.01 |" in page
+    assert "| `fedavg` | momentum | - | - |" in page
 
 
 def project_files(pattern: str) -> list[Path]:
@@ -193,3 +211,96 @@ def test_the_fidelity_tables_cover_every_setup_and_every_element():
         if "FedACG, Tables 1" in title or "GC-Fed" in title:
             assert {e for e, *_ in rows} >= set(elements), title
     assert "## Fidelity" in (ROOT / "docs" / "setups.md").read_text()
+
+
+# --- `python -m pages` writes every generated file, pyproject's section in place (issue 59) ---
+STALE_PYPROJECT = """# head comment
+[project]
+name = "x"  # kept
+
+# Keys (this comment stays: it comes before the header)
+[tool.flwr.app.config]
+# Old topic
+lr = 0.1
+gone = "key"
+
+# a comment before the next table stays
+[tool.ruff]
+line-length = 100
+"""
+FRESH_SECTION = "[tool.flwr.app.config]\n# Method\nmethod = \"auto\"\n# Local training\nlr = 0.05"
+WRITTEN_PYPROJECT = """# head comment
+[project]
+name = "x"  # kept
+
+# Keys (this comment stays: it comes before the header)
+[tool.flwr.app.config]
+# Method
+method = "auto"
+# Local training
+lr = 0.05
+
+# a comment before the next table stays
+[tool.ruff]
+line-length = 100
+"""
+
+
+def test_the_pyproject_section_is_replaced_in_place_and_nothing_else():
+    from pages.generated import with_config_section
+
+    assert with_config_section(STALE_PYPROJECT, FRESH_SECTION) == WRITTEN_PYPROJECT
+    # the last table of a file, without a final newline
+    last = STALE_PYPROJECT.split("\n\n# a comment")[0]
+    assert with_config_section(last, FRESH_SECTION) == WRITTEN_PYPROJECT.split("\n\n# a c")[0] \
+        + "\n"
+
+
+@pytest.mark.parametrize("text, says", [
+    (STALE_PYPROJECT + "[tool.flwr.app.config]\nx = 1\n", "2 lines [tool.flwr.app.config]"),
+    (STALE_PYPROJECT + "[tool.flwr.app.config.sub]\nx = 1\n", "would change more"),
+    ("[project]\nname = 1\n", "0 lines [tool.flwr.app.config]"),
+    (STALE_PYPROJECT.replace('gone = "key"', "gone = [\n[1, 2],\n]"), "would change more"),
+    (STALE_PYPROJECT.replace('name = "x"', "name = "), "not valid TOML"),
+])
+def test_a_pyproject_that_cannot_be_rewritten_in_place_is_refused_naming_why(text, says):
+    from pages.generated import GeneratedFileError, with_config_section
+
+    with pytest.raises(GeneratedFileError, match=re.escape(says)):
+        with_config_section(text, FRESH_SECTION)
+
+
+def test_pages_writes_every_generated_file_pyproject_included(tmp_path):
+    """In a copy of the project's generated files, with pyproject's section stale (a value
+    changed, a key gone) and the pages missing: one write restores pyproject.toml byte for byte
+    and writes each page; a second writes nothing."""
+    from pages.generated import generated_files, stale_files, write_files
+
+    real = (ROOT / "pyproject.toml").read_text()
+    stale = real.replace("\nlr = 0.05\n", "\nlr = 0.5\n").replace("\nseed = 0\n", "\n")
+    assert stale.count("\n") == real.count("\n") - 1
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "pyproject.toml").write_text(stale)
+    expected = generated_files(tmp_path)
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in stale_files(expected)) == [
+        "docs/configuration.md", "docs/methods.md", "docs/setups.md", "pyproject.toml"]
+    write_files(expected, tmp_path)
+    assert (tmp_path / "pyproject.toml").read_text() == real
+    for name in ("configuration.md", "methods.md", "setups.md"):
+        assert (tmp_path / "docs" / name).read_text() == (ROOT / "docs" / name).read_text()
+    assert write_files(generated_files(tmp_path), tmp_path) == []
+
+
+def test_pages_check_finds_the_checkout_up_to_date():
+    out = subprocess.run([sys.executable, "-m", "pages", "--check"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_extending_says_a_codec_s_knob_is_declared_in_its_own_module():
+    """docs/extending.md#uplink-codecs: knobs are declared in each part's `settings` (the codec
+    of FedPAQ declares `uplink-bits` in methods/fedpaq.py), not in the app's schema."""
+    text = (ROOT / "docs" / "extending.md").read_text()
+    section = text.split("## Uplink codecs", 1)[1].split("\n## ", 1)[0]
+    assert "run_config/schema.py" not in section and "`settings`" in section
+    assert 'Key("uplink-bits"' in (ROOT / "methods" / "fedpaq.py").read_text()

@@ -11,12 +11,13 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from experiments.superlink import (PortHolder, describe_port, free_port, listening, port_holder,
-                                   process_start)
+from experiments.processes import PortHolder, free_port, listening, port_holder, process_start
+from experiments.superlink import describe_port
 from other_user import other_users_superlink
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,7 +74,9 @@ def test_another_users_port_is_described_with_what_to_do():
     assert "held by another user" in other and "experiments.superlink start" in other
     assert "stop --port" not in other  # theirs is never to be stopped
     mine = describe_port(39091, PortHolder(os.getuid(), 7, "flower-superlink --port 39091"))
-    assert "yours" not in mine and "your user account" in mine and "stop --port 39091" in mine
+    assert "yours" not in mine and "your user account" in mine and "never stops it" in mine
+    # no cause it cannot know (who started it, whether it is still used), no stop of it offered
+    assert "left" not in mine and "stop" not in mine.replace("never stops it", "")
     started = describe_port(39091, PortHolder(os.getuid(), 7, "flower-superlink --port 39091"),
                             recorded=7)
     assert "yours (PID 7" in started and "experiments.superlink stop" in started
@@ -104,9 +107,9 @@ def test_start_and_stop_touch_only_the_users_own_superlink(tmp_path):
             status = cli("status", "--dir", str(folder), env=env).stdout
             assert f"yours: 127.0.0.1:{rec['port']}" in status
             assert f"127.0.0.1:{default}: " in status
-            # `stop --port` never stops what is not this user's SuperLink
+            # `stop` takes no port: it stops what `start` recorded, nothing else
             refused = cli("stop", "--dir", str(folder), "--port", str(default))
-            assert refused.returncode == 1 and "not stopped" in refused.stderr
+            assert refused.returncode == 2 and "unrecognized arguments: --port" in refused.stderr
         finally:
             stopped = cli("stop", "--dir", str(folder))
         assert stopped.returncode == 0 and "stopped your SuperLink" in stopped.stderr
@@ -147,7 +150,7 @@ def test_a_start_that_fails_makes_the_eval_fail_so_flwr_run_is_not_reached(tmp_p
 def test_stop_ends_a_root_process_that_leads_no_group():
     """A SuperLink that a plain `flwr run .` started is in its starter's process group:
     stopping it by PID must signal the process itself, not only the groups it leads."""
-    from experiments.superlink import stop_process_tree
+    from experiments.processes import stop_process_tree
 
     sleeper = subprocess.Popen(["sleep", "60"])  # in this process's group, leading none
     try:
@@ -269,12 +272,18 @@ def sleeper_in(cwd, env=None, name="sleep"):
     return subprocess.Popen([name, "60"], cwd=cwd, env={**os.environ, **(env or {})})
 
 
-@pytest.mark.parametrize("change", [
-    "another command", "another port", "another working folder", "no token", "another token"])
+REASONS = {"another command": "its command line is not flower-superlink's",
+           "another port": "its command line does not give the recorded port",
+           "another working folder": "its working folder is",
+           "no token": "its environment does not hold the record's token",
+           "another token": "its environment does not hold the record's token"}
+
+
+@pytest.mark.parametrize("change", sorted(REASONS))
 def test_a_record_naming_another_process_signals_nothing(tmp_path, fake_flower, change):
     """A record whose PID and start time are right but whose process is not the SuperLink this
-    helper started from it: `stop` leaves the process running, `status` and `start` do not
-    call it yours."""
+    helper started from it: `stop` leaves the process running, naming the one thing that
+    differs (and no other), `status` and `start` do not call it yours."""
     env, started = fake_flower
     folder = tmp_path / "state"
     folder.mkdir(mode=0o700)
@@ -307,9 +316,52 @@ def test_a_record_naming_another_process_signals_nothing(tmp_path, fake_flower, 
         out = cli("stop", "--dir", str(folder), env=env)
         assert out.returncode == 0 and "is not the SuperLink this helper started" in out.stderr
         assert proc.poll() is None, "the process was signalled"
+        said = [r for r in set(REASONS.values()) if r in out.stderr]
+        assert said == [REASONS[change]], out.stderr
+        whole = {"another port": f"{REASONS[change]} {port}",
+                 "another working folder": f"{REASONS[change]} {os.path.realpath(tmp_path)}, "
+                                           f"not the record's {home}"}.get(change, REASONS[change])
+        assert f"superlink.json ({whole}): left running" in out.stderr, out.stderr
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_superlink_the_helper_did_not_start_is_never_signalled(tmp_path, fake_flower):
+    """A flower-superlink of this user that `start` did not start, listening on the port a
+    plain `flwr run .` uses: `stop` (no record, then a record of it with the wrong token) and
+    `stop --port` leave it running; `status` names it as this user's, without guessing who
+    started it, and offers no way to stop it."""
+    env, started = fake_flower
+    port = int(env["FLWR_LOCAL_SUPERLINK_HTTP_API_PORT"])
+    theirs = subprocess.Popen([str(Path(env["PATH"].split(":")[0]) / "flower-superlink"),
+                               "--port", str(port)], cwd=tmp_path)
+    started.append(theirs.pid)
+    folder = tmp_path / "state"
+    folder.mkdir(mode=0o700)
+    try:
+        for _ in range(100):  # until it listens
+            if port_holder(port) is not None:
+                break
+            time.sleep(0.1)
+        assert port_holder(port).pid == theirs.pid
+        status = cli("status", "--dir", str(folder), env=env).stdout
+        assert "yours: none running" in status and "your user account" in status, status
+        assert "never stops it" in status and "left running" not in status
+        assert "stop --port" not in status and "flwr run .` started" not in status
+        out = cli("stop", "--dir", str(folder), env=env)
+        assert out.returncode == 0 and "no SuperLink started by" in out.stderr
+        (folder / "superlink.json").write_text(json.dumps({
+            "pid": theirs.pid, "start": process_start(theirs.pid), "port": port,
+            "home": str(folder / "home"), "token": TOKEN}))
+        out = cli("stop", "--dir", str(folder), env=env)
+        assert "is not the SuperLink this helper started" in out.stderr
+        assert cli("stop", "--dir", str(folder), "--port", str(port), env=env).returncode == 2
+        assert theirs.poll() is None, "the process was signalled"
+        assert port_holder(port).pid == theirs.pid
+    finally:
+        theirs.kill()
+        theirs.wait()
 
 
 def test_start_does_not_export_the_port_of_a_record_it_did_not_start(tmp_path, fake_flower):
@@ -348,7 +400,7 @@ def test_a_record_field_out_of_its_range_is_no_record(tmp_path, field, value):
 
 @pytest.mark.parametrize("value", ["0", "65536", "-1", "1.5", "²", "9093 ", "0x10", "", "1e3"])
 def test_the_port_variable_is_a_whole_number_in_range(value):
-    from experiments.superlink import port_number
+    from experiments.processes import port_number
 
     want = value.isascii() and value.isdigit() and 1 <= int(value) <= 65535
     assert (port_number(value) is not None) == want

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 import fedacg_gc
-from experiments.superlink import CONNECTION, LocalSuperLink, free_port, stop_process_tree
+from experiments.processes import free_port, stop_process_tree
+from experiments.superlink import CONNECTION, LocalSuperLink
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.slow, pytest.mark.long]

@@ -178,7 +178,7 @@ def test_stop_process_tree_reaches_processes_in_sessions_of_their_own(tmp_path):
     import os
     import time
 
-    from experiments.superlink import stop_process_tree
+    from experiments.processes import stop_process_tree
 
     pids = tmp_path / "pids"
     grandchild = ("import os, subprocess, sys, time; "
