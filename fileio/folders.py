@@ -125,9 +125,8 @@ def trusted_folder(path: Path, what: str = "folder", *, make: bool = True,
         raise UnusableFile(f"{label} may be written by every user (mode {mode:o}): anyone could "
                            f"replace what the app writes there. Make it yours alone (chmod o-w "
                            f"{path}), or give another folder")
-    why = ("may be written by its group" if mode & 0o020 else
-           "may be written by every user (sticky: others may add files, not replace yours)"
-           if mode & 0o002 else "")
+    why = ("may be written by every user (sticky: others may add files, not replace yours)"
+           if mode & 0o002 else "may be written by its group" if mode & 0o020 else "")
     if why and (str(path), why) not in _warned:
         _warned.add((str(path), why))
         (warn or _warn_stderr)(f"{label} {why} (mode {mode:o}): they could put files the app "

@@ -121,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         docs = trusted_folder(args.docs, "the docs folder", make=False)
         text = read_text_bounded(page, PAGE_LIMIT)
+        replace_block(text, "fmnist-table", "")  # (its markers, before anything is written)
         text = replace_block(text, "fmnist-table",
                              block(args.out_dir, args.note, docs=docs, cells=args.cells))
         write_text_atomic(page, text)

@@ -100,7 +100,7 @@ def summary_problem(summary: dict[str, Any]) -> str | None:
                 return f"summary '{key}' is {value!r}, not an object"
             for at, v in value.items():
                 if key == "acc-at-round":
-                    why = value_problem("acc", v)
+                    why = value_problem("ema-acc", v)  # (the EMA at a round)
                 elif isinstance(v, str):
                     why = None if re.fullmatch(r"\d+\+", v) else f"{v!r}, not a round or 'T+'"
                 else:
