@@ -99,8 +99,8 @@ def table_rows(runs: Sequence[MethodRuns], acc_at_rounds: Sequence[int],
     return rows
 
 
-MD_SPECIAL = "\\`*_[]|!~#"  # what Markdown (GitHub's) gives a meaning to inside a line
-HTML_SPECIAL = {"<": "&lt;", ">": "&gt;", "&": "&amp;"}
+MD_MARKS = "\\`*_[]|!~#"  # what Markdown (GitHub's) gives a meaning to inside a line
+HTML_ENTITIES = {"<": "&lt;", ">": "&gt;", "&": "&amp;"}
 
 
 def md_text(text: object) -> str:
@@ -111,9 +111,9 @@ def md_text(text: object) -> str:
     the line."""
     out = []
     for char in str(text):
-        if char in HTML_SPECIAL:
-            out.append(HTML_SPECIAL[char])
-        elif char in MD_SPECIAL:
+        if char in HTML_ENTITIES:
+            out.append(HTML_ENTITIES[char])
+        elif char in MD_MARKS:
             out.append("\\" + char)
         elif unicodedata.category(char) in ("Cc", "Zl", "Zp", "Cs"):
             out.append("\\" + repr(char)[2:-1] if repr(char)[1] == "\\"

@@ -578,3 +578,20 @@ def test_the_page_writes_cells_and_note_as_text(tmp_path):
     assert "<script" not in html and "<b>" not in html and "<code>x" not in html
     assert f"--cells '{pattern}' names" in shown(html)
     assert "; `x` | <b>y</b>\\nz." in shown(html)
+
+
+@needs_root
+def test_a_named_run_folder_another_user_made_is_refused_before_it_is_read(tmp_path):
+    from run_config import ConfigError
+    from server_app.results import make_run_dir
+
+    out = tmp_path / "out"
+    (out / "mine").mkdir(parents=True)
+    (out / "mine" / "results.json").write_text("planted")
+    cfg = {"out-dir": str(out), "run-name": "mine", "method": "fedavg"}
+    assert make_run_dir(cfg) == out / "mine"  # (this user's: taken, its results read)
+    os.chown(out / "mine", NOBODY, NOBODY)
+    with pytest.raises(ConfigError, match=r"'run-name' = 'mine': .*mine belongs to another "
+                                          r"user \(uid 65534\)"):
+        make_run_dir(cfg)
+    assert (out / "mine" / "results.json").read_text() == "planted"
