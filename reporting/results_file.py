@@ -48,9 +48,15 @@ def _is_number(value: Any) -> bool:
 
 
 # The one schema of the numbers read back from a results file (its rows, a checkpoint's rows,
-# its summary): every number finite; by the key's name, its range. A value outside is no value
-# this app wrote: the file is refused, never shown ('inf ± nan', -700 %, "ran inf hours").
+# its summary): every number finite; the numbers the app measures itself have their range. A
+# value outside is no value this app wrote: the file is refused, never shown ('inf ± nan',
+# -700 %, "ran inf hours"). The clients' own metrics in a row (`train-<key>`, `fed-loss`) are
+# only finite: their names come from the clients (the server screens each reply's values,
+# server_math/records.py), so a name must never make a run's own results.json unreadable.
 ACC_ROUNDING = 1e-12  # an average of accuracies of 1 may round to 1 + 2e-16; 1.0000001 is none
+FRACTION_KEYS = frozenset({"test-acc", "ema-acc", "fed-acc", "train-acc", "final-test-acc",
+                           "final-ema-acc", "final-fed-acc"})
+SECONDS_KEYS = frozenset({"seconds", "eval-seconds", "train-seconds", "wall-seconds"})
 COUNT_KEYS = re.compile(r"^(round|rounds|(eval-)?clients-(sampled|replied|failed)|"
                         r"(eval-)?bytes-(down|up)(-total)?|bytes-total)$")
 
@@ -60,9 +66,9 @@ def _kind(key: str) -> str:
     >= 0, not a bool) or 'number' (finite) for a key of a row or summary."""
     if COUNT_KEYS.match(key):
         return "count"
-    if key.endswith("-acc"):
+    if key in FRACTION_KEYS:
         return "fraction"
-    if key.endswith("seconds"):
+    if key in SECONDS_KEYS:
         return "seconds"
     return "number"
 

@@ -257,6 +257,10 @@ ROW_VALUES = [
     ("bytes-down", 0, False), ("bytes-down", 2.5, True), ("bytes-down", 3.0, True),
     ("bytes-down", -1, True), ("clients-sampled", True, True), ("clients-failed", 5, False),
     ("test-loss", -3.5, False), ("test-loss", float("-inf"), True), ("train-loss", 1e300, False),
+    ("train-acc", 1.5, True), ("train-seconds", -1.0, True),
+    # a client's own metric (its name is the client's): finite only, whatever its name says
+    ("train-my-acc", 5.0, False), ("train-load-seconds", -1.0, False),
+    ("train-my-acc", float("inf"), True),
 ]
 
 
