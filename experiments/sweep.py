@@ -17,8 +17,10 @@ skipped, so a stopped sweep resumes where it was. The sweep file format is in do
 ("Sweeps"); `SWEEP_KEYS` lists its keys. The sweep file and the config files it names are read
 bounded and without YAML aliases, every key's type is checked before anything runs, and the
 names of the sweep, its methods and settings become folder names only through `slug` (no '..',
-no '/'): the sweep writes inside its own folder under out-dir, never through a link
-(docs/security.md#files-from-outside).
+no '/'): the sweep writes inside its own folder under out-dir, never through a link, and
+counts a cell as done only from folders that are its own (this user's, writable by no one else;
+docs/security.md#run-folders-and-results-read-back). A file that would make more than
+--max-cells cells (default 1000) is refused before any cell is made.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from pathlib import Path
 
 from .sweep_cells import (cell_name, cells_to_run, command, is_done, is_result, num_nodes_of,
                           run_sweep, start_cell, sweep_folder)
-from .sweep_file import SWEEP_KEYS, SweepError, load_sweep, slug
+from .sweep_file import MAX_CELLS, SWEEP_KEYS, SweepError, load_sweep, slug
 from .sweep_report import write_report
 
 # What the tests and the generated pages import from here (the code is in the modules above).
@@ -62,22 +64,43 @@ def main(argv: list[str] | None = None) -> int:
                         help="in-process cells run side by side, each in a process of its own "
                              "with cpu-count / jobs threads (default 1: in turn, in this "
                              "process); a cell's round lines then go to its log only")
+    parser.add_argument("--max-cells", type=int, default=MAX_CELLS,
+                        help=f"refuse a sweep file that makes more cells than this (default "
+                             f"{MAX_CELLS}; counted before any cell is made)")
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error(f"--jobs {args.jobs}: give 1 or more cells at a time")
+    if args.max_cells < 1:
+        parser.error(f"--max-cells {args.max_cells}: give 1 or more")
     try:
         sweep = load_sweep(args.sweep, args.out_dir, args.connection,
-                           "in-process" if args.in_process else None)
+                           "in-process" if args.in_process else None, max_cells=args.max_cells)
     except SweepError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     if args.cells:
         chosen = [c for c in sweep.cells if fnmatchcase(cell_name(c), args.cells)]
         if not chosen:
-            print(f"error: --cells '{args.cells}' matches none of the sweep's cells (e.g. "
+            print(f"error: --cells {args.cells!r} matches none of the sweep's cells (e.g. "
                   f"'{cell_name(sweep.cells[0])}'; --dry-run lists them)", file=sys.stderr)
             return 2
         sweep.cells = chosen
+    try:  # the sweep's folders before anything is listed, run or tabulated
+        sweep_folder(sweep, make=not (args.dry_run or args.table_only))
+    except FileNotFoundError:
+        pass  # (nothing made yet: nothing done)
+    except OSError as err:  # UnusableFile: a link, a file, another user's, /proc, ...
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    try:
+        return _go(sweep, args)
+    except OSError as err:  # a folder or file planted while the sweep ran
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+
+
+def _go(sweep, args) -> int:
+    """The listing, the runs and the table, on a sweep whose folders were checked."""
     if args.dry_run:
         for cell in sweep.cells:
             state = "done" if is_done(cell) else "to run"

@@ -2,8 +2,10 @@
 (`run_cell`) or in this process (`run_cell_in_process`), several side by side in worker
 processes (`run_parallel`), and the whole sweep on one SuperLink (`run_sweep`).
 
-Each cell writes inside the sweep's own folder, never through a link (`sweep_folder`). The sweep
-file is read by `experiments.sweep_file`; `experiments.sweep` is the command line.
+Each cell writes inside the sweep's own folder, never through a link (`sweep_folder`), and a
+cell's results count only from folders that are the sweep's own (`trusted_cell`: this user's,
+no link, no one else may write them; fileio.folders.trusted_folder). The sweep file is read by
+`experiments.sweep_file`; `experiments.sweep` is the command line.
 """
 
 from __future__ import annotations
@@ -15,13 +17,14 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
 from fileio.atomic import write_text_atomic
-from fileio.folders import folders_inside
+from fileio.folders import folders_inside, trusted_folder
 from fileio.in_place import fresh_log
 from fileio.reading import CONFIG_FILE_LIMIT, read_json_bounded, read_tail
 from reporting.results_file import read_results
@@ -53,9 +56,34 @@ def is_result(run_dir: Path) -> bool:
     return bool(results) and results.get("failure") == "diverged"
 
 
+_refused: set[str] = set()  # the cell folders already named in a warning
+
+
+def trusted_cell(cell: Cell) -> bool:
+    """Whether the cell's folders, from the sweep's folder down to its run folder, are the
+    sweep's own (`trusted_folder`: no link, this user's, no one else may write them), so that
+    what is in them was written by this user's runs. A missing one: False. One that is refused
+    (another user's, a link, ...): False, with a warning naming it once per process: its cell
+    counts as not done, and running it stops the sweep with the same reason."""
+    base = cell.sweep_dir or cell.run_dir
+    try:
+        folders_inside(base.parent, base.name, *cell.run_dir.relative_to(base).parts,
+                       make=False)
+        return True
+    except FileNotFoundError:
+        return False
+    except OSError as err:  # UnusableFile: a link, another user's, writable by every user
+        if str(cell.run_dir) not in _refused:
+            _refused.add(str(cell.run_dir))
+            print(f"warning: {err} (its cell is not counted as done)", file=sys.stderr,
+                  flush=True)
+        return False
+
+
 def is_done(cell: Cell) -> bool:
-    """A result (`is_result`) made from this very cell description."""
-    if not is_result(cell.run_dir):
+    """A result (`is_result`) made from this very cell description, in folders that are the
+    sweep's own (`trusted_cell`)."""
+    if not trusted_cell(cell) or not is_result(cell.run_dir):
         return False
     try:
         made_from = read_json_bounded(cell.run_dir / "sweep-cell.json", CONFIG_FILE_LIMIT)
@@ -64,10 +92,12 @@ def is_done(cell: Cell) -> bool:
     return made_from == json.loads(json.dumps(cell.description()))
 
 
-def sweep_folder(sweep: Sweep, *names: str) -> Path:
-    """sweep.dir/names..., made inside the sweep's out-dir, no folder on the way a link."""
-    sweep.dir.parent.mkdir(parents=True, exist_ok=True)
-    return folders_inside(sweep.dir.parent, sweep.dir.name, *names)
+def sweep_folder(sweep: Sweep, *names: str, make: bool = True) -> Path:
+    """sweep.dir/names..., made inside the sweep's out-dir (`make`), every folder from out-dir
+    down held to `trusted_folder` (no link, this user's, no one else may write it);
+    UnusableFile naming the folder and the fix otherwise."""
+    trusted_folder(sweep.dir.parent, "out-dir", make=make, parents=True)
+    return folders_inside(sweep.dir.parent, sweep.dir.name, *names, make=make)
 
 
 def start_cell(cell: Cell, sweep: Sweep) -> None:

@@ -49,6 +49,10 @@ NOT_IN_CELLS = ("out-dir", "run-name", "seed")  # set by the sweep for every cel
 # Where a run is written and what its summary reports do not change the run: a finished cell
 # stays finished when only these change (the table is computed again from the rounds).
 NOT_IN_DESCRIPTION = ("out-dir", "run-name", "acc-at-rounds", "target-accs")
+# The most cells a sweep may make unless --max-cells raises it: the shipped sweeps have up to
+# 114; a few KB of YAML can name millions (settings x methods x seeds), which would take hours
+# to check before anything runs or is listed.
+MAX_CELLS = 1000
 
 
 class SweepError(ValueError):
@@ -63,6 +67,7 @@ class Cell:
     run_config: dict[str, Any]
     federation_config: dict[str, Any]
     run_dir: Path
+    sweep_dir: Path | None = None  # the sweep's own folder, which holds run_dir
 
     def description(self) -> dict[str, Any]:
         """What the run is made from (not where it is written): a finished cell is reused only
@@ -180,8 +185,23 @@ def _cell_timeout(value: Any, where: str) -> float | None:
     return float(value)
 
 
+def count_cells(settings: dict, methods: dict, seeds: list, path: Path, max_cells: int) -> int:
+    """settings x methods x seeds, counted from the file before any cell is made or checked;
+    SweepError past `max_cells` (what --max-cells raises)."""
+    count = max(len(settings), 1) * len(methods) * len(seeds)
+    if count > max_cells:
+        raise SweepError(f"{path}: {max(len(settings), 1)} setting(s) x {len(methods)} "
+                         f"method(s) x {len(seeds)} seed(s) make {count:,} cells, more than the "
+                         f"{max_cells:,} a sweep may have: split the file, or pass --max-cells "
+                         f"{count} if you mean it")
+    return count
+
+
 def load_sweep(path: Path, out_dir: Path | None = None, connection: str | None = None,
-               backend: str | None = None) -> Sweep:
+               backend: str | None = None, max_cells: int = MAX_CELLS) -> Sweep:
+    """The sweep file `path` read and checked, every cell made and its run config checked;
+    SweepError (naming the file, the key and the fix) otherwise, also when it would make more
+    than `max_cells` cells (counted before any is made)."""
     path = Path(path).resolve()
     spec = _mapping(_read(path, "sweep file"), str(path))
     unknown = sorted(set(spec) - set(SWEEP_KEYS))
@@ -200,14 +220,19 @@ def load_sweep(path: Path, out_dir: Path | None = None, connection: str | None =
             raise SweepError(f"{path}: '{key}' must be a string, got {spec[key]!r}")
     base = path.parent
     name = slug(spec.get("name") or path.stem)
-    root = Path(out_dir or spec.get("out-dir") or "runs/sweeps").expanduser()
-    sweep_dir = (root if root.is_absolute() else Path.cwd() / root).resolve() / name
+    try:  # (the out-dir as given is resolved: a link the user names is theirs to follow)
+        root = Path(out_dir or spec.get("out-dir") or "runs/sweeps").expanduser()
+        sweep_dir = (root if root.is_absolute() else Path.cwd() / root).resolve() / name
+    except (RuntimeError, OSError, ValueError) as err:  # '~nobody', a loop of links, NUL
+        raise SweepError(f"{path}: out-dir {str(out_dir or spec.get('out-dir'))!r} is not a "
+                         f"usable path ({err}): give a folder of your own") from None
     common_run, common_fed = part(spec.get("run-config"), "run-config", base)
     common_fed.update(_mapping(spec.get("federation-config"), f"{path}: federation-config"))
     settings = spec.get("settings") or {"": {}}
     if not isinstance(settings, dict):
         raise SweepError(f"{path}: 'settings' must map each setting's name to its run-config keys")
     seeds = _numbers(spec.get("seeds", [0]), int, "seeds")
+    count_cells(settings, spec["methods"], seeds, path, max_cells)
     report = {}
     if "acc-at-rounds" in spec:
         report["acc-at-rounds"] = ",".join(str(r) for r in _numbers(spec["acc-at-rounds"], int,
@@ -235,7 +260,8 @@ def load_sweep(path: Path, out_dir: Path | None = None, connection: str | None =
                 federation = {**common_fed, **s_fed, **m_fed}
                 for value in federation.values():
                     toml_value(value, f"{where}: federation-config")
-                cells.append(Cell(str(s_name), str(m_name), seed, run, federation, run_dir))
+                cells.append(Cell(str(s_name), str(m_name), seed, run, federation, run_dir,
+                                  sweep_dir))
     dirs = [c.run_dir for c in cells]
     if len(set(dirs)) != len(dirs):
         raise SweepError(f"{path}: two method or setting names give the same folder name "

@@ -12,7 +12,7 @@ from reporting.plots import plot_ema_curves
 from reporting.table import MethodRuns, comparison, runs_csv
 from run_config import acc_at_rounds, resolve, target_accs
 
-from .sweep_cells import is_result, results_of, sweep_folder
+from .sweep_cells import is_result, results_of, sweep_folder, trusted_cell
 from .sweep_file import Sweep, SweepError, slug
 
 
@@ -29,8 +29,8 @@ class Report:
 
 def write_report(sweep: Sweep) -> Report:
     """table.md, table.csv, runs.csv, ema*.png and acc*.png in the sweep folder, from the
-    finished cells (`is_result`)."""
-    done = [(c, results_of(c.run_dir)) for c in sweep.cells]
+    finished cells (`is_result`) whose folders are the sweep's own (`trusted_cell`)."""
+    done = [(c, results_of(c.run_dir)) for c in sweep.cells if trusted_cell(c)]
     done = [(c, r) for c, r in done if r and is_result(c.run_dir)]
     if not done:
         raise SweepError(f"no finished cell in {sweep.dir}: nothing to tabulate")

@@ -4,7 +4,9 @@ other package (docs/extending.md#the-codes-layout):
 * `atomic`: every file the app writes is written all or nothing (a unique temporary file beside
   it, fsync, rename; never through a link);
 * `in_place`: the few written as they go (logs, the run lock), never through a link;
-* `folders`: the folders written into (run folders, sweep cells), never links;
+* `folders`: the folders written into or trusted (out-dir, run folders, sweep cells, docs/):
+  `trusted_folder`, the one rule: its own or refused (no link, this user's, not writable by
+  every user; group-writable: a warning), nothing chowned or chmodded;
 * `names`: `safe_name`, the one rule that makes a name from a config, set-up or sweep file one
   path component;
 * `reading`: every file read back, bounded (regular files only, a size limit before reading, no

@@ -26,6 +26,7 @@ Run the measured ones on a quiet machine if you can; the text says which machine
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import fcntl
 import os
@@ -38,10 +39,28 @@ import tempfile
 import time
 from pathlib import Path
 
+from fileio.atomic import write_bytes_atomic, write_text_atomic
+from fileio.folders import trusted_folder
+from fileio.in_place import open_lock_file
+from fileio.reading import read_bounded, read_text_bounded
+
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 MAIN_FEDERATION = "num-supernodes=20"
 MEASURED = ROOT / "runs" / "examples"  # the latest measured blocks (not in git)
+PAGE_LIMIT = 4 * 2**20  # a page (README.md, a docs/ page, a saved block) is tens of KB
+PLOT_LIMIT = 64 * 2**20  # a plot a sweep drew is about 100 KB
+
+
+def copy_plot(source: Path, target: Path) -> None:
+    """A sweep's plot `source` (read bounded, no link followed) written all or nothing at
+    `target` (a link there is replaced, never written through)."""
+    write_bytes_atomic(target, read_bounded(source, PLOT_LIMIT))
+
+
+def read_page(path: Path) -> str:
+    """A page or saved block, read bounded and never through a link."""
+    return read_text_bounded(path, PAGE_LIMIT)
 
 
 def _number(value) -> float:
@@ -55,7 +74,8 @@ def replace_block(text: str, name: str, body: str) -> str:
     start, end = f"<!-- example:{name} -->", f"<!-- /example:{name} -->"
     pattern = re.compile(re.escape(start) + r"\n.*?" + re.escape(end), re.DOTALL)
     if not pattern.search(text):
-        raise SystemExit(f"README.md has no block {start} ... {end}: add the two markers")
+        raise SystemExit(f"error: the page has no block {start} ... {end}: add the two "
+                         "markers")
     return pattern.sub(lambda _: f"{start}\n{body.rstrip()}\n{end}", text, count=1)
 
 
@@ -120,19 +140,17 @@ def sweep_table(note: str, lock: Path | None = None, fresh: bool = False,
     for cell in sorted(sweep.cells, key=lambda c: c.seed):
         if is_done(cell) or not run:
             continue
-        with open(lock, "a") if lock else open(os.devnull) as held:
-            if lock:
-                fcntl.flock(held, fcntl.LOCK_EX)
+        with _held(lock):
             run_sweep(dataclasses.replace(sweep, cells=[cell]))
     finished = [c for c in sweep.cells if is_done(c)]
-    seconds = sum(_number(read_results(c.run_dir)["summary"].get("wall-seconds"))
+    seconds = sum(_number(read_results(c.run_dir).get("summary", {}).get("wall-seconds"))
                   for c in finished)
     if sweep.failed:
         raise SystemExit(f"{len(sweep.failed)} sweep cell(s) failed; see {sweep.dir}")
     table = write_report(sweep).md
     partial = "" if len(finished) == len(sweep.cells) else \
         f"; {len(finished)} of its {len(sweep.cells)} runs had finished (see the Seeds column)"
-    shutil.copy(sweep.dir / "ema.png", ROOT / "docs" / "sweep-digits-ema.png")
+    copy_plot(sweep.dir / "ema.png", ROOT / "docs" / "sweep-digits-ema.png")
     return (f"{table.rstrip()}\n\n"
             f"![EMA test accuracy per method on digits](docs/sweep-digits-ema.png)\n\n"
             f"Measured with `python -m pages.examples --sweep` (the command above, one cell "
@@ -156,29 +174,49 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--note", default="",
                         help="appended to the machine description, e.g. '; shared with other jobs'")
     args = parser.parse_args(argv)
+    try:
+        return _main(args)
+    except OSError as err:  # UnusableFile: a link, a folder another user made, a named pipe
+        print(f"error: {err}", file=sys.stderr)
+        return 2
 
+
+@contextlib.contextmanager
+def _held(lock: Path | None):
+    """`lock` held (flock) while the block runs: a regular file of its own, never a link
+    (fileio.in_place.open_lock_file); nothing held without one."""
+    if lock is None:
+        yield
+        return
+    fd = open_lock_file(lock)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _main(args) -> int:
     # Measured blocks are saved under runs/examples/ first, so that a long measurement survives a
     # failure further on; the README takes the latest saved measurement of each block.
-    MEASURED.mkdir(parents=True, exist_ok=True)
+    trusted_folder(MEASURED, "the measured blocks' folder", parents=True)
     if not args.check:
         if args.round_line or args.all:
-            with open(args.lock, "a") if args.lock else open(os.devnull) as held:
-                if args.lock:
-                    fcntl.flock(held, fcntl.LOCK_EX)
+            with _held(args.lock):
                 block = round_line(args.note)
-            (MEASURED / "round-line.md").write_text(block)
+            write_text_atomic(MEASURED / "round-line.md", block)
             print("measured the round line")
         if args.sweep or args.all or args.sweep_table:
-            (MEASURED / "sweep-digits.md").write_text(sweep_table(
+            write_text_atomic(MEASURED / "sweep-digits.md", sweep_table(
                 args.note, args.lock, args.fresh, run=not args.sweep_table))
             print("measured the example sweep")
 
     from pages.generated import generated_files, stale_files, write_files
 
     expected = generated_files()
-    readme = README.read_text()
+    readme = read_page(README)
     for saved in sorted(MEASURED.glob("*.md")):
-        readme = replace_block(readme, saved.stem, saved.read_text())
+        readme = replace_block(readme, saved.stem, read_page(saved))
     expected[README] = readme
     if args.check:
         stale = stale_files(expected)

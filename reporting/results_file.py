@@ -1,12 +1,17 @@
 """A run folder's results.json read back (docs/results.md#reading-a-run-folder): bounded and
 never through a link (`fileio.reading`), and every field its readers use checked for type and
 range before use, so that a damaged or foreign file (another run's, a person's, a planted one)
-is refused with the reason instead of stopping whoever reads it: `reporting.status`, the sweep,
-the ServerApp's `resume = 'latest'` looking through out-dir. The checks of the per-round rows
-(`rows_problem`) also hold a checkpoint's rows (server_app/checkpoint.py)."""
+is refused with the reason instead of stopping whoever reads it, or being shown as a number:
+`reporting.status`, the sweep and its resume, the generated pages, the ServerApp's
+`resume = 'latest'` looking through out-dir. The numbers' ranges are one schema
+(`value_problem`: accuracies in [0, 1], times finite and >= 0, counts whole and >= 0, every
+number finite; docs/security.md#run-folders-and-results-read-back). The checks of the
+per-round rows (`rows_problem`) also hold a checkpoint's rows (server_app/checkpoint.py)."""
 
 from __future__ import annotations
 
+import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +47,79 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+# The one schema of the numbers read back from a results file (its rows, a checkpoint's rows,
+# its summary): every number finite; the numbers the app measures itself have their range. A
+# value outside is no value this app wrote: the file is refused, never shown ('inf ± nan',
+# -700 %, "ran inf hours"). The clients' own metrics in a row (`train-<key>`, `fed-loss`) are
+# only finite: their names come from the clients (the server screens each reply's values,
+# server_math/records.py), so a name must never make a run's own results.json unreadable.
+ACC_ROUNDING = 1e-12  # an average of accuracies of 1 may round to 1 + 2e-16; 1.0000001 is none
+FRACTION_KEYS = frozenset({"test-acc", "ema-acc", "fed-acc", "train-acc", "final-test-acc",
+                           "final-ema-acc", "final-fed-acc"})
+SECONDS_KEYS = frozenset({"seconds", "eval-seconds", "train-seconds", "wall-seconds"})
+COUNT_KEYS = re.compile(r"^(round|rounds|(eval-)?clients-(sampled|replied|failed)|"
+                        r"(eval-)?bytes-(down|up)(-total)?|bytes-total)$")
+
+
+def _kind(key: str) -> str:
+    """'fraction' (an accuracy: in [0, 1]), 'seconds' (finite, >= 0), 'count' (a whole number
+    >= 0, not a bool) or 'number' (finite) for a key of a row or summary."""
+    if COUNT_KEYS.match(key):
+        return "count"
+    if key in FRACTION_KEYS:
+        return "fraction"
+    if key in SECONDS_KEYS:
+        return "seconds"
+    return "number"
+
+
+def value_problem(key: str, value: Any) -> str | None:
+    """What makes `value` no value of `key` (None: nothing): null is allowed (a value not
+    measured, or NaN written as null); a number must be finite and in the key's range."""
+    if value is None:
+        return None
+    kind = _kind(key)
+    if kind == "count":
+        return None if _is_int(value) and value >= 0 else f"{value!r}, not a whole number >= 0"
+    if not _is_number(value) or not math.isfinite(value):
+        return f"{value!r}, not a finite number"
+    if kind == "fraction" and not 0 <= value <= 1 + ACC_ROUNDING:
+        return f"{value!r}, not an accuracy in [0, 1]"
+    if kind == "seconds" and value < 0:
+        return f"{value!r}, not a time >= 0"
+    return None
+
+
+def summary_problem(summary: dict[str, Any]) -> str | None:
+    """What makes a results file's `summary` unusable (None: nothing): its flags and names of
+    their types, every number of the schema (`value_problem`), 'acc-at-round' a mapping to
+    accuracies, 'rounds-to-acc' a mapping to rounds or 'T+'."""
+    if not isinstance(summary.get("complete", False), bool):
+        return f"summary 'complete' is {summary['complete']!r}, not true or false"
+    if not isinstance(summary.get("metric", ""), str):
+        return f"summary 'metric' is {summary['metric']!r}, not a string"
+    for key, value in summary.items():
+        if key in ("complete", "metric"):
+            continue
+        if key in ("acc-at-round", "rounds-to-acc"):
+            if not isinstance(value, dict):
+                return f"summary '{key}' is {value!r}, not an object"
+            for at, v in value.items():
+                if key == "acc-at-round":
+                    why = value_problem("ema-acc", v)  # (the EMA at a round)
+                elif isinstance(v, str):
+                    why = None if re.fullmatch(r"\d+\+", v) else f"{v!r}, not a round or 'T+'"
+                else:
+                    why = value_problem("rounds", v)
+                if why:
+                    return f"summary '{key}' of {at!r} is {why}"
+            continue
+        why = value_problem(key, value)
+        if why:
+            return f"summary '{key}' is {why}"
+    return None
+
+
 def results_problem(data: Any) -> str | None:
     """What makes `data` no results.json of this app (None: nothing). Only `config` must be
     there (a file written before `status` existed lacks it; readers take what is missing as
@@ -72,19 +150,17 @@ def results_problem(data: Any) -> str | None:
     summary = data.get("summary", {})
     if not isinstance(summary, dict):
         return f"'summary' is {summary!r}, not an object"
-    if not isinstance(summary.get("complete", False), bool):
-        return f"summary 'complete' is {summary['complete']!r}, not true or false"
-    if not isinstance(summary.get("metric", ""), str):
-        return f"summary 'metric' is {summary['metric']!r}, not a string"
-    for key, value in summary.items():
-        if key.startswith("final-") and value is not None and not _is_number(value):
-            return f"summary '{key}' is {value!r}, not a number"
+    why = summary_problem(summary)
+    if why:
+        return why
     return rows_problem(data.get("rounds", []))
 
 
 def rows_problem(rows: Any) -> str | None:
     """What makes `rows` no list of per-round rows (None: nothing): objects whose 'round' is a
-    whole number >= 0, rising from row to row, and whose other values are numbers or null."""
+    whole number >= 0, rising from row to row, and whose other values are null or numbers in
+    their key's range (`value_problem`: accuracies in [0, 1], times >= 0, counts whole, every
+    number finite)."""
     if not isinstance(rows, list):
         return f"'rounds' is {type(rows).__name__}, not a list"
     last = -1
@@ -98,6 +174,7 @@ def rows_problem(rows: Any) -> str | None:
                     "number >= 0")
         last = number
         for key, value in row.items():
-            if value is not None and not _is_number(value):
-                return f"row {i} (round {number}) has '{key}' = {value!r}, not a number"
+            why = value_problem(str(key), value)
+            if why:
+                return f"row {i} (round {number}) has '{key}' = {why}"
     return None

@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -98,9 +99,35 @@ def table_rows(runs: Sequence[MethodRuns], acc_at_rounds: Sequence[int],
     return rows
 
 
+MD_MARKS = "\\`*_[]|!~#"  # what Markdown (GitHub's) gives a meaning to inside a line
+HTML_ENTITIES = {"<": "&lt;", ">": "&gt;", "&": "&amp;"}
+
+
+def md_text(text: object) -> str:
+    """Text from a user (a method's or setting's name, a --cells pattern, a note) as literal
+    Markdown on one line, as it reads: Markdown's marks backslash-escaped (no emphasis, code,
+    link, table cell break), '<', '>' and '&' as HTML entities (no tag, no script), and a control
+    character, line or paragraph separator shown as its escape ('\\n') instead of breaking
+    the line."""
+    out = []
+    for char in str(text):
+        if char in HTML_ENTITIES:
+            out.append(HTML_ENTITIES[char])
+        elif char in MD_MARKS:
+            out.append("\\" + char)
+        elif unicodedata.category(char) in ("Cc", "Zl", "Zp", "Cs"):
+            out.append("\\" + repr(char)[2:-1] if repr(char)[1] == "\\"
+                       else f"\\\\u{ord(char):04x}")
+        else:
+            out.append(char)
+    return "".join(out)
+
+
 def markdown(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    """A GitHub Markdown table; every cell is text (`md_text`: a method's name from a sweep file
+    cannot break the table or carry HTML)."""
+    lines = ["| " + " | ".join(md_text(h) for h in head) + " |", "|" + " --- |" * len(head)]
+    lines += ["| " + " | ".join(md_text(c) for c in r) + " |" for r in rows]
     return "\n".join(lines)
 
 
@@ -124,7 +151,7 @@ def comparison(runs: Sequence[MethodRuns], acc_at_rounds: Sequence[int],
         group = [m for m in runs if m.setting == setting]
         rows = table_rows(group, acc_at_rounds, target_accs)
         md = markdown(head, rows)
-        md_parts.append(f"### {setting}\n\n{md}" if setting else md)
+        md_parts.append(f"### {md_text(setting)}\n\n{md}" if setting else md)
         csv_rows += [[setting] + r if with_setting else r for r in rows]
     csv_head = ["Setting"] + head if with_setting else head
     return "\n\n".join(md_parts) + "\n", csv_text(csv_head, csv_rows)

@@ -38,6 +38,7 @@ import torch
 from flwr.common import log
 
 from fileio.atomic import without_checksum, write_torch_checksummed
+from fileio.folders import trusted_folder
 from fileio.reading import memory_bytes, read_bounded
 from reporting.results_file import read_results, rows_problem
 from run_config import KEYS, KEYS_BY_NAME, PRESETS, REMOVED_KEYS, ConfigError
@@ -225,6 +226,8 @@ def _unnamed_unfinished_checkpoints(base: Path, method: str | None) -> list[Path
         try:
             if not stat.S_ISREG(mode.st_mode):
                 raise OSError(f"its {CHECKPOINT_NAME} is not a regular file")
+            trusted_folder(Path(entry.path), make=False,  # (another user's: not this run's)
+                           warn=lambda text: log(WARNING, "%s", text))
             results = read_results(Path(entry.path))
         except OSError as err:
             passed.append(f"{entry.name} ({' '.join(str(err).split())[:200]})")

@@ -31,7 +31,7 @@ from flwr.common import log
 
 from fileio.atomic import write_text_atomic
 from fileio.errors import UnusableFile
-from fileio.folders import own_folder
+from fileio.folders import trusted_folder
 from methods import untested_combinations
 from models.evaluation import evaluate
 from models.wire import state_view
@@ -100,8 +100,9 @@ def make_run_dir(cfg: dict[str, Any], now: float | None = None,
     if cfg["run-name"]:
         run_dir = base / cfg["run-name"]
         _mkdir(run_dir, "run-name", cfg["run-name"], exist_ok=True)
-        try:  # a link would put everything the run writes outside out-dir
-            own_folder(run_dir)
+        try:  # a link would put everything the run writes outside out-dir; another user's
+            # folder holds what that user chose (fileio.folders.trusted_folder)
+            trusted_folder(run_dir, make=False, warn=lambda text: log(WARNING, "%s", text))
         except UnusableFile as err:
             raise ConfigError(f"run config 'run-name' = '{cfg['run-name']}': {err}.") from None
         if hold:

@@ -760,9 +760,20 @@ def plant_linked_folder(out):
     os.symlink(target, out / "f-link")
 
 
+def plant_other_users_folder(out):
+    """Another user's unfinished run, its files as this app writes them (issue 58): not this
+    run's to resume (before, two unfinished runs made 'latest' ambiguous, or it was resumed)."""
+    if os.geteuid() != 0:
+        pytest.skip("chown to another user needs root")
+    folder = _sibling(out, "g-others", json.dumps(UNNAMED).encode())
+    for path in (folder, *folder.iterdir()):
+        os.chown(path, 65534, 65534)
+
+
 @pytest.mark.parametrize("plant", [plant_fifo_results, plant_bad_json, plant_summary_null,
                                    plant_round_minus_one, plant_fifo_checkpoint,
-                                   plant_linked_folder], ids=lambda f: f.__name__[6:])
+                                   plant_linked_folder, plant_other_users_folder],
+                         ids=lambda f: f.__name__[6:])
 def test_resume_latest_is_never_stopped_by_a_siblings_bad_files(tmp_path, unfinished, plant,
                                                                 caplog):
     import shutil
