@@ -875,3 +875,20 @@ def test_every_deploy_script_ends_bad_input_with_one_message(case, stubs, tmp_pa
     assert out.stderr.strip() and not SHELL_ERROR.search(out.stderr), out.stderr
     first = out.stderr.strip().splitlines()
     assert len(first) <= 4 or first[0].startswith("usage:"), out.stderr
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--nodes", "56443"], "--nodes 56443: at most 56442"),  # node 56442's port: 65536
+    (["--nodes", "0"], "at least 1"), (["--gpus", "-1"], "at least 1"),
+    (["--nodes", "2; rm"], "invalid int value"), (["--nodes", "1e3"], "invalid int value"),
+])
+def test_make_compose_takes_whole_numbers_that_give_ports(args, says, tmp_path, monkeypatch,
+                                                         capsys):
+    """The compose files take nothing but the two numbers; every node's port is a port."""
+    monkeypatch.setattr(make_compose, "HERE", tmp_path)  # (a file written lands here)
+    with pytest.raises(SystemExit) as end:
+        make_compose.main(args)
+    out = capsys.readouterr()
+    assert end.value.code == 2 and out.out == "" and says in out.err, out.err
+    assert list(tmp_path.iterdir()) == []
+    assert 9094 + 56442 - 1 == 65535  # (the largest: node 56441's port)
