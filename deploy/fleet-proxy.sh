@@ -96,7 +96,7 @@ made_here() {  # a new folder of this script's in TMPDIR
     local made
     made=$(mktemp -d "$tmp/fleet-proxy.XXXXXX" 2>/dev/null) ||
         fail "cannot make a folder in $tmp (TMPDIR): give --run-dir, or a TMPDIR you may write"
-    printf '%s' "$made"
+    (cd -P -- "$(absolute "$made")" && pwd -P)  # (its real path: nginx.conf names it)
 }
 if [ -z "$run" ]; then
     own_run=$(made_here)
@@ -131,9 +131,11 @@ else
     done
     work=$(made_here)
 fi
-is_plain_path "$run" || fail "folder $run: nginx.conf takes a path of $plain:" \
-    "give --run-dir such a folder (or a TMPDIR of such a path)"
 buffers=${work:-$run}  # nginx makes its buffer folders there (as root: for its workers' user)
+for folder in "$run" "$buffers"; do
+    is_plain_path "$folder" || fail "folder $folder: nginx.conf takes a path of $plain:" \
+        "give --run-dir such a folder (or a TMPDIR of such a path)"
+done
 user_line=""
 if [ -n "$root" ]; then  # nginx's workers drop root; they reach their buffers in our folder
     user_line="user nobody nogroup;"

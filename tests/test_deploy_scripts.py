@@ -529,7 +529,9 @@ def test_fleet_proxy_refuses_a_path_nginx_would_read_otherwise(folder, stubs, tm
         (odd / name).write_text("x")
     for options, extra_env in ((["--credentials", str(odd)], {}),
                                (["--credentials", str(creds), "--run-dir", str(odd)], {}),
-                               (["--credentials", str(creds)], {"TMPDIR": str(odd)})):
+                               (["--credentials", str(creds)], {"TMPDIR": str(odd)}),
+                               (["--credentials", str(creds), "--run-dir", str(tmp_path / "r")],
+                                {"TMPDIR": str(odd)})):  # (the buffers' folder: in TMPDIR)
         out = script("fleet-proxy.sh", *options, env={**env, **extra_env})
         one_message(out)
         assert "nginx.conf takes a path of letters, digits, '.', '_', '-', '+' and '/' only" \
