@@ -11,24 +11,25 @@
 # CA_CERT  the ca.crt that signed the SuperLink's certificate
 #
 # e.g. deploy/add-connection.sh lab 127.0.0.1:9093 ~/fedacg-credentials/ca.crt, then
-# `flwr run . lab --stream`.
+# `flwr run . lab --stream`. The file is read back with tomllib before it is replaced; a name
+# that is taken, or that is not letters, digits, - and _, is refused (docs/security.md).
 set -eu
 if [ $# -ne 3 ]; then
     awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0" >&2
     exit 2
 fi
-name=$1 address=$2
-ca=$(cd "$(dirname "$3")" && pwd)/$(basename "$3")  # flwr needs an absolute path
-[ -r "$ca" ] || { echo "cannot read CA certificate $3" >&2; exit 2; }
-home=${FLWR_HOME:-$HOME/.flwr}
-mkdir -p "$home"
-config=$home/config.toml
-if [ ! -s "$config" ]; then
-    printf '[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = ":local:"\n' > "$config"
+name=$1 address=$2 ca=$3
+here=$(dirname "$0")
+# ADDRESS by the deploy scripts' one grammar (checks.sh); the file by deploy/configs.py: its
+# block written by tomli_w, the result read back with tomllib before it replaces the file
+if ! bash -c '. "$1"; is_host_port "$2"' _ "$here/checks.sh" "$address"; then
+    echo "ADDRESS $address: give HOST:PORT, a host name or address and a port 1-65535" >&2
+    echo "(e.g. 127.0.0.1:9093, [::1]:9093)" >&2
+    exit 2
 fi
-if grep -q "^\[superlink\.$name\]" "$config"; then
-    echo "$config already has a connection '$name'; edit or remove it first" >&2
-    exit 1
+if ! python=$(bash -c '. "$1"; flwr_python flwr' _ "$here/checks.sh"); then
+    echo "no Python with flwr found (beside the flwr command, or python3 on PATH): activate" >&2
+    echo "the environment Flower is installed in, then run this again" >&2
+    exit 2
 fi
-printf '\n[superlink.%s]\naddress = "%s"\nroot-certificates = "%s"\n' "$name" "$address" "$ca" >> "$config"
-echo "added [superlink.$name] ($address) to $config"
+exec "$python" "$here/configs.py" connection "$name" "$address" "$ca"

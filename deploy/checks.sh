@@ -40,3 +40,41 @@ is_host() {
 is_loopback() {
     [ "$1" = localhost ] || [ "$1" = ::1 ] || { is_ipv4 "$1" && [[ $1 == 127.* ]]; }
 }
+
+# HOST:PORT: a host name or IPv4 address and a port, or [IPv6]:PORT (the brackets required);
+# sets hp_host (an IPv6 address without its brackets) and hp_port
+is_host_port() {
+    hp_host="" hp_port=""
+    case "$1" in
+        \[*\]:*) hp_host=${1%]:*}; hp_host=${hp_host#[}; hp_port=${1##*]:}
+                 is_ipv6 "$hp_host" || return 1 ;;
+        *:*:*) return 1 ;;  # an IPv6 address needs its brackets
+        *:*) hp_host=${1%:*}; hp_port=${1##*:} ;;
+        *) return 1 ;;
+    esac
+    is_host "$hp_host" && is_port "$hp_port"
+}
+
+# a path that may stand in a generated config file as it is (nginx.conf): absolute, its parts
+# letters, digits, '.', '_', '-' and '+' only (no space, quote, ';', '{', '$', '#': nothing a
+# config format reads as syntax), none of them '.' or '..'
+_pathchar='[-abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._+]'
+is_plain_path() {
+    [ "${#1}" -le 1024 ] && [[ $1 =~ ^(/$_pathchar+)+$ ]] &&
+        [[ /$1/ != */./* && /$1/ != */../* ]]
+}
+
+# the Python that the Flower command $1 runs with (the python3 beside it, as in a virtual
+# environment), else python3 on PATH: printed where it imports flwr and tomli_w (deploy/
+# configs.py writes and checks the configs with them); status 1 where none does
+flwr_python() {
+    local cmd py
+    cmd=$(command -v "$1" 2>/dev/null) || cmd=""
+    for py in ${cmd:+"${cmd%/*}/python3"} python3; do
+        if command -v "$py" >/dev/null 2>&1 && "$py" -c 'import flwr, tomli_w' 2>/dev/null; then
+            printf '%s\n' "$py"
+            return 0
+        fi
+    done
+    return 1
+}

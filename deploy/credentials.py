@@ -147,7 +147,12 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--out", type=Path, required=True, help="output folder (created)")
         p.add_argument("--force", action="store_true", help="replace existing files")
     args = ap.parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:  # a file in the way, no permission: one message, no traceback
+        print(f"error: --out {args.out} cannot be a folder ({err.strerror or err}): give a "
+              "folder, or a new name, that you may write", file=sys.stderr)
+        return 2
     try:
         if args.cmd == "tls":
             sans = [parse_san(s) for s in DEFAULT_SANS]
@@ -159,6 +164,10 @@ def main(argv: list[str] | None = None) -> int:
     except FileExistsError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
+    except OSError as err:
+        print(f"error: cannot write in {args.out} ({err.strerror or err}): give a folder you may "
+              "write", file=sys.stderr)
+        return 2
     for path in written:
         print("wrote", path)
     return 0

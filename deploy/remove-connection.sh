@@ -21,6 +21,10 @@ case "$name" in
         exit 2 ;;
 esac
 config=${FLWR_HOME:-$HOME/.flwr}/config.toml
+if [ -L "$config" ]; then  # (it is rewritten in place below: never through a link)
+    echo "$config is a link (to $(readlink "$config")): put the file itself in its place" >&2
+    exit 2
+fi
 if [ ! -f "$config" ] || ! grep -q "^\[superlink\.$name\]\$" "$config"; then
     echo "$config has no connection '$name' (its connections: the [superlink.<name>] blocks)" >&2
     exit 1

@@ -57,13 +57,7 @@ while [ $# -gt 0 ]; do
     esac
 done
 [ -n "$superlink" ] && [ -n "$ca" ] && [ -n "$key" ] || usage
-case "$superlink" in
-    \[*\]:*) address=${superlink%]:*}; address=${address#[}; sl_port=${superlink##*]:} ;;
-    *:*:*) address=${superlink%:*}; sl_port="" ;;  # an IPv6 address needs its brackets
-    *:*) address=${superlink%:*}; sl_port=${superlink##*:} ;;
-    *) address=$superlink; sl_port="" ;;
-esac
-if ! is_host "$address" || ! is_port "$sl_port" || { [[ $superlink == \[* ]] && ! is_ipv6 "$address"; }; then
+if ! is_host_port "$superlink"; then
     echo "--superlink $superlink: give HOST:PORT, a host name or address and a port 1-65535" >&2
     echo "(e.g. 192.168.1.10:9092, fleet.example.org:9092, [fd00::1]:9092)" >&2
     exit 2
@@ -85,19 +79,8 @@ if [ -n "$cid" ] && [ -n "$n" ] && [ "$cid" -ge "$n" ]; then
     exit 2
 fi
 is_port "$port" || { echo "--runtime-port $port: not a port (a whole number 1-65535)" >&2; exit 2; }
-[ -r "$ca" ] || { echo "cannot read CA certificate $ca" >&2; exit 2; }
-[ -r "$key" ] || { echo "cannot read private key $key" >&2; exit 2; }
-for name in data-path client-id num-clients partition-id num-partitions cache-dir; do
-    case " $extra" in
-        *[[:space:]]$name=*|*[[:space:]]\"$name\"=*|*[[:space:]]\'$name\'=*)
-            echo "--node-config sets $name: give it with the options (--data-path, --client-id," >&2
-            echo "--num-clients, --cache-dir), one place for each setting" >&2
-            exit 2 ;;
-    esac
-done
-case "$data$cache" in
-    *\'*) echo "--data-path / --cache-dir: a folder name with ' cannot be passed in the node config" >&2; exit 2 ;;
-esac
+[ -f "$ca" ] && [ -r "$ca" ] || { echo "cannot read CA certificate $ca (give the ca.crt file)" >&2; exit 2; }
+[ -f "$key" ] && [ -r "$key" ] || { echo "cannot read private key $key (give this node's key file)" >&2; exit 2; }
 if [ -z "$data" ] && { [ -z "$cid" ] || [ -z "$n" ]; }; then
     echo "without --data-path the node trains on partition --client-id of --num-clients of the" >&2
     echo "run's dataset: give both (or --data-path, the node's own data)" >&2
@@ -109,15 +92,19 @@ if [ -n "$data" ] && [ -z "$cid" ] && [ -n "$n" ]; then
     echo "or leave --num-clients out" >&2
     exit 2
 fi
-config=""
-[ -z "$cid" ] || config="$config client-id=$cid"
-[ -z "$n" ] || config="$config num-clients=$n"
-[ -z "$data" ] || config="$config data-path='$data'"
-[ -z "$cache" ] || config="$config cache-dir='$cache'"
-[ -z "$extra" ] || config="$config $extra"
+# The node config: written by deploy/configs.py (each value by tomli_w) and read back with
+# Flower's own parser; --node-config may not set the options' keys, as Flower reads it
+if ! python=$(flwr_python flower-supernode); then
+    echo "no Python with flwr found (beside flower-supernode, or python3 on PATH): activate" >&2
+    echo "the environment Flower is installed in, then run this again" >&2
+    exit 2
+fi
+config=$("$python" "$(dirname "$0")/configs.py" node-config ${cid:+"--client-id=$cid"} \
+         ${n:+"--num-clients=$n"} ${data:+"--data-path=$data"} ${cache:+"--cache-dir=$cache"} \
+         "--extra=$extra")
 exec flower-supernode \
     --superlink "$superlink" --root-certificates "$ca" \
     --auth-supernode-private-key "$key" \
-    --node-config "${config# }" \
+    --node-config "$config" \
     --host 127.0.0.1 --port "$port" \
     "$@"

@@ -10,6 +10,8 @@ RUN apt-get update \
     && useradd --no-create-home --home-dir /nonexistent --uid 49999 --user-group fleet-proxy \
     && chown fleet-proxy /var/log/nginx
 COPY deploy/fleet-proxy.sh /usr/local/bin/fleet-proxy.sh
+# its checks of the values it writes into nginx.conf (sourced from beside it)
+COPY deploy/checks.sh /usr/local/bin/checks.sh
 # the same uid as Flower's images, which the private credential files belong to
 USER 49999
 ENTRYPOINT ["bash", "/usr/local/bin/fleet-proxy.sh"]

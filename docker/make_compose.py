@@ -283,6 +283,9 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     if args.nodes < 1 or args.gpus < 1:
         ap.error("--nodes and --gpus must be at least 1")
+    if SUPERNODE_PORT + args.nodes - 1 > 65535:  # node i's Runtime API: SUPERNODE_PORT + i
+        ap.error(f"--nodes {args.nodes}: at most {65535 - SUPERNODE_PORT + 1} (node i's port is "
+                 f"{SUPERNODE_PORT} + i, a port 1-65535): give fewer nodes")
     for path, text in files(args.nodes, args.gpus).items():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)

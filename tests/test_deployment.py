@@ -110,7 +110,7 @@ def deployment(tmp_path):
     base = {**os.environ, "OMP_NUM_THREADS": "1",
             "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1"}
     procs = Processes(tmp_path)
-    proxy_dir = tempfile.mkdtemp(prefix="fleet-proxy-")  # nginx's workers must reach it
+    proxy_dir = tempfile.mkdtemp(prefix="fleet-proxy-")  # private (0700): left as it is
     try:
         procs.start("superlink", ["bash", str(DEPLOY / "superlink.sh"), "--credentials",
                                   str(creds), "--port", str(link_port)],

@@ -117,11 +117,12 @@ def test_images_default_to_the_official_flower_images_of_one_release():
     rules = [r for r in (ROOT / ".dockerignore").read_text().splitlines()
              if r and not r.startswith("#")]
     assert rules == ["*", "!pyproject.toml", "!docker/app_requirements.py",
-                     "!deploy/fleet-proxy.sh"]
+                     "!deploy/fleet-proxy.sh", "!deploy/checks.sh"]
     # the fleet proxy: Debian's nginx-light running the same script as deploy/
     proxy = (DOCKER / "fleet-proxy.Dockerfile").read_text()
     assert "apt-get install -y --no-install-recommends nginx-light" in proxy
     assert 'ENTRYPOINT ["bash", "/usr/local/bin/fleet-proxy.sh"]' in proxy
+    assert "COPY deploy/checks.sh /usr/local/bin/checks.sh" in proxy  # fleet-proxy.sh sources it
 
 
 def test_superexec_requirements_are_the_apps_without_flower():
