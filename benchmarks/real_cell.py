@@ -90,9 +90,9 @@ def plain_cell(plan: dict, out: Path) -> None:
     model = MLP((1, 28, 28), 10, hidden=(512, 256))
     gen = torch.Generator().manual_seed(plan["seed"])
     global_state = {k: v.clone() for k, v in model.state_dict().items()}
-    rounds = []
+    rounds, cpu_rounds = [], []
     for sampled in plan["schedule"]:
-        t_round = time.perf_counter()
+        t_round, c_round = time.perf_counter(), time.process_time()
         new = {k: torch.zeros_like(v) for k, v in global_state.items()}
         for pid in sampled:
             x, y = clients[pid]
@@ -133,8 +133,9 @@ def plain_cell(plan: dict, out: Path) -> None:
                 correct += (model(test_x[i:i + 1024]).argmax(1) == test_y[i:i + 1024]).sum()
         phases["evaluation"] += time.perf_counter() - t
         rounds.append(time.perf_counter() - t_round)
+        cpu_rounds.append(time.process_time() - c_round)
     phases["total"] = time.perf_counter() - t_start
-    out.write_text(json.dumps({"rounds": rounds, "phases": phases,
+    out.write_text(json.dumps({"rounds": rounds, "cpu-rounds": cpu_rounds, "phases": phases,
                                "acc": int(correct) / len(test_y)}))
 
 
@@ -166,18 +167,29 @@ def app_cell(cell: str, rounds: int, out_dir: Path, out: Path, plan_out: Path | 
     from experiments.sweep_cells import num_nodes_of
     from inprocess import run_in_process
 
+    from server_app.results import RunRecorder
+
     _, the = the_cell(cell, rounds, out_dir)
     nodes = num_nodes_of(the.federation_config)
+    cpu = []  # this process's CPU seconds at the end of each round (its evaluation ends it)
+    evaluate_fn = RunRecorder.evaluate_fn
+
+    def timed(self, server_round, arrays):
+        out = evaluate_fn(self, server_round, arrays)
+        cpu.append(time.process_time())
+        return out
+
+    RunRecorder.evaluate_fn = timed  # the benchmark's instrument only
     grid = run_in_process(the.run_config, nodes)
-    write_cell_result(the.run_dir, out)
+    write_cell_result(the.run_dir, out, [b - a for a, b in zip(cpu, cpu[1:])])
     if plan_out is not None:
         write_plan(the.run_config, nodes, grid, plan_out)
 
 
-def write_cell_result(run_dir: Path, out: Path) -> None:
+def write_cell_result(run_dir: Path, out: Path, cpu_rounds: list[float] | None = None) -> None:
     results = json.loads((run_dir / "results.json").read_text())
     rows = [r for r in results["rounds"] if r["round"] > 0]
-    out.write_text(json.dumps({"rounds": [r["seconds"] for r in rows],
+    out.write_text(json.dumps({"rounds": [r["seconds"] for r in rows], "cpu-rounds": cpu_rounds,
                                "acc": rows[-1]["test-acc"]}))
 
 
@@ -335,12 +347,16 @@ def main(argv: list[str] | None = None) -> int:
         per_round = [pl / a for x, y in zip(runs[side], runs["plain"])
                      for a, pl in zip(x["rounds"][1:], y["rounds"][1:])]
         cpu = [pl["cpu"] / a["cpu"] for a, pl in zip(runs[side], runs["plain"])]
+        cpu_round = [pl / a for x, y in zip(runs[side], runs["plain"]) if x["cpu-rounds"]
+                     for a, pl in zip(x["cpu-rounds"][1:], y["cpu-rounds"][1:])]
         mem = [a["peak-mb"] / pl["peak-mb"] for a, pl in zip(runs[side], runs["plain"])]
         report[side] = {"whole": statistics.median(ratio), "rounds": statistics.median(per_round),
-                        "cpu": statistics.median(cpu), "memory": statistics.median(mem)}
+                        "cpu": statistics.median(cpu), "memory": statistics.median(mem),
+                        "cpu-rounds": statistics.median(cpu_round) if cpu_round else None}
         print(f"{side} against the plain loop: speed ratio (plain/app) whole process "
               f"{statistics.median(ratio):.3f} ({min(ratio):.3f}-{max(ratio):.3f}), rounds "
-              f"{statistics.median(per_round):.3f}, CPU {statistics.median(cpu):.3f}; peak "
+              f"{statistics.median(per_round):.3f}, CPU {statistics.median(cpu):.3f}, CPU of "
+              f"the rounds {report[side]['cpu-rounds'] or float('nan'):.3f}; peak "
               f"memory app/plain {statistics.median(mem):.2f}x")
     if args.phases:
         prof = tmp / "cell.prof"
