@@ -80,7 +80,9 @@ def local_update(
                       local_gc_layers=cfg.local_gc_layers, gc_vectors=cfg.gc_vectors)
     opt = torch.optim.SGD(ctx.params, lr=cfg.lr, momentum=cfg.local_momentum,
                           weight_decay=cfg.weight_decay)
-    scaler = torch.amp.GradScaler(device.type, enabled=cfg.amp)  # disabled: a no-op
+    # amp only: without it, no scaler and no autocast context (a disabled one still costs a
+    # few calls a step)
+    scaler = torch.amp.GradScaler(device.type) if cfg.amp else None
     generator = generator or torch.Generator().manual_seed(0)
     model.train()
     loss_sum = torch.zeros((), device=device)
@@ -99,10 +101,14 @@ def local_update(
             xb = transform(xb, generator)
         opt.zero_grad(set_to_none=False)
         ce = step.backward(xb, yb, scaler)
-        scaler.unscale_(opt)  # amp: the true gradients (and whether any overflowed)
+        if scaler is not None:
+            scaler.unscale_(opt)  # amp: the true gradients (and whether any overflowed)
         step.before_step()
-        scaler.step(opt)  # opt.step(), skipped under amp when a gradient overflowed
-        scaler.update()
+        if scaler is None:
+            opt.step()
+        else:
+            scaler.step(opt)  # skipped when a gradient overflowed
+            scaler.update()
         loss_sum += ce * len(yb)
         correct += (step.logits.detach().argmax(1) == yb).sum()
         seen += len(yb)
