@@ -68,32 +68,10 @@ class _Source:
 
     def _load(self) -> tuple:
         if self._splits is None:
-            _quiet_datasets()
-            s = self.settings
-            if s.dataset == "digits" and not s.dataset_path:
-                splits = _digits_train_test(s.test_fraction, s.seed)
-            else:  # the hub, or a local copy
-                splits = self._from_hub_or_copy()
+            splits = train_test_splits(self.settings)
             self.partitioner.dataset = splits[0]
             self._splits = splits
         return self._splits
-
-    def _from_hub_or_copy(self) -> tuple:
-        """(train, test) of the hub or the local copy; hub failures explained."""
-        s = self.settings
-        name = s.dataset
-        try:
-            return load_train_test(DATASET_BY_NAME[name], s.dataset_path,
-                                   test_fraction=s.test_fraction, seed=s.seed, dataset=name)
-        except (ConnectionError, FileNotFoundError) as err:
-            if s.dataset_path:
-                raise
-            raise DataSourceError(
-                f"could not load {name} ('{DATASET_BY_NAME[name].hub}') from the Hugging Face "
-                f"hub: {err}. "
-                f"Without internet, make a local copy where the hub is reachable (python -m "
-                f"feddata.save {name} <folder>) and set dataset-path to it."
-            ) from err
 
     def load_partition(self, partition_id: int):
         self._load()
@@ -134,6 +112,29 @@ def _whole_pixels(train, spec: DatasetSpec) -> tuple[torch.Tensor, torch.Tensor]
         order = torch.from_numpy(mapping.column(0).to_numpy().astype(np.int64))
         x, y = torch.index_select(x, 0, order), torch.index_select(y, 0, order)
     return x, y
+
+
+@functools.lru_cache(maxsize=2)
+def train_test_splits(settings: SplitSettings) -> tuple:
+    """(train, test) `datasets.Dataset`s of `settings`' data, loaded once per process: the
+    server's test set and the clients' split (a source per client count) share them."""
+    _quiet_datasets()
+    s = settings
+    if s.dataset == "digits" and not s.dataset_path:
+        return _digits_train_test(s.test_fraction, s.seed)
+    name = s.dataset  # the hub, or a local copy
+    try:
+        return load_train_test(DATASET_BY_NAME[name], s.dataset_path,
+                               test_fraction=s.test_fraction, seed=s.seed, dataset=name)
+    except (ConnectionError, FileNotFoundError) as err:
+        if s.dataset_path:
+            raise
+        raise DataSourceError(
+            f"could not load {name} ('{DATASET_BY_NAME[name].hub}') from the Hugging Face "
+            f"hub: {err}. "
+            f"Without internet, make a local copy where the hub is reachable (python -m "
+            f"feddata.save {name} <folder>) and set dataset-path to it."
+        ) from err
 
 
 @functools.lru_cache(maxsize=4)
