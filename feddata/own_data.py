@@ -344,9 +344,7 @@ def _idx_copy(tree: _Folder, spec: DatasetSpec, dataset: str, want: str):
         return tree.open(path)
 
     try:
-        images, labels = read_idx_split(tree.root, name, shape=spec.in_shape[1:],
-                                        num_classes=spec.num_classes, dataset=dataset,
-                                        opener=opener)
+        images, labels = read_idx_split(tree.root, name, dataset, opener)
     except IdxRefused as err:
         raise OwnDataError(str(err)) from None
     return images[:, None], labels

@@ -20,7 +20,6 @@ from pathlib import Path
 
 import numpy as np
 
-from fileio.reading import open_regular
 
 from . import idx
 from .sources import local_copy_kwargs
@@ -29,12 +28,6 @@ from .specs import DATASET_BY_NAME
 # EMNIST ByClass: 10 digits, 26 upper-case, 26 lower-case letters (emnist-byclass-mapping.txt).
 EMNIST_CLASSES = [str(d) for d in range(10)] + [chr(c) for c in range(65, 91)] + \
     [chr(c) for c in range(97, 123)]
-
-
-def read_idx(path: Path, ndim: int) -> np.ndarray:
-    """The IDX file at `path` (gzipped or not), read and checked by `idx.read_idx`."""
-    with open_regular(path) as f:
-        return idx.read_idx(f, path, ndim)
 
 
 def emnist_from_idx(folder: str, variant: str = "byclass"):
@@ -56,8 +49,8 @@ def emnist_from_idx(folder: str, variant: str = "byclass"):
     features = Features({"image": Image(), "label": ClassLabel(names=EMNIST_CLASSES)})
     splits = {}
     for split in ("train", "test"):
-        images = read_idx(find(split, "images-idx3"), 3)
-        labels = read_idx(find(split, "labels-idx1"), 1)
+        images, labels = idx.read_idx_pair(find(split, "images-idx3"),
+                                           find(split, "labels-idx1"), split, "emnist")
         # NIST stores EMNIST transposed relative to MNIST; .T gives upright characters.
         pil = [PILImage.fromarray(np.ascontiguousarray(img.T), mode="L") for img in images]
         splits[split] = Dataset.from_dict({"image": pil, "label": labels.astype(np.int64)},
@@ -75,9 +68,7 @@ def images_from_idx(folder: str, name: str):
     features = Features({spec.image: Image(), spec.label: ClassLabel(names=list(spec.class_names))})
     splits = {}
     for split in idx.SPLIT_PREFIXES:
-        images, labels = idx.read_idx_split(Path(folder).expanduser(), split,
-                                            shape=spec.in_shape[1:],
-                                            num_classes=spec.num_classes, dataset=name)
+        images, labels = idx.read_idx_split(Path(folder).expanduser(), split, name)
         splits[split] = Dataset.from_dict(
             {spec.image: [PILImage.fromarray(img, mode="L") for img in images],
              spec.label: labels}, features=features)

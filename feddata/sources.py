@@ -144,8 +144,7 @@ def idx_dataset_dict(folder: Path, spec: DatasetSpec, dataset: str):
     splits = {}
     for split in SPLIT_PREFIXES:
         try:
-            images, labels = read_idx_split(folder, split, shape=(h, w),
-                                            num_classes=spec.num_classes, dataset=dataset)
+            images, labels = read_idx_split(folder, split, dataset)
         except IdxRefused as err:
             raise DataSourceError(f"dataset-path: {err}") from None
         splits[split] = Dataset.from_dict({spec.image: _nested_lists(images),
