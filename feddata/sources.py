@@ -146,7 +146,8 @@ def train_test(dd, spec: DatasetSpec, test_fraction: float, seed: int):
         if col not in dd["train"].column_names:
             raise DataSourceError(
                 f"the data has no column '{col}' (columns: {dd['train'].column_names}); "
-                f"expected the hub format of this dataset"
+                "expected the hub format of this dataset (`python -m feddata.save` writes a "
+                "local copy in it)"
             )
     train = dd["train"]
     test_name = next((s for s in spec.test_splits if s in dd), None)
