@@ -144,16 +144,21 @@ def check_dataset_path(args, settings: DataSettings) -> int:
                                   seed=settings.seed, dataset=args.dataset)
     sizes = []
     for split, ds in (("train", train), ("test", test)):
+        where = f"dataset-path '{args.data_path}', {split} split" + (
+            f" (in the run's order: shuffled with seed {settings.seed})" if split == "train"
+            else "")
         try:
             _, y = to_tensors(ds, spec, ready=False)
-        except (PixelsRefused, LabelRefused) as err:
-            raise DataSourceError(f"dataset-path '{args.data_path}', {split} split, {err}: "
-                                  "fix the data") from None
+        except PixelsRefused as err:  # (its message holds the fix)
+            raise DataSourceError(f"{where}, {err}") from None
+        except LabelRefused as err:
+            raise DataSourceError(f"{where}, {err}: labels are the class indices 0 .. "
+                                  f"{spec.num_classes - 1}; fix the label column") from None
         bad = ((y < 0) | (y >= spec.num_classes)).nonzero()
         if len(bad):
             first = int(bad[0][0])
             raise DataSourceError(
-                f"dataset-path '{args.data_path}', {split} split, example {first}: label "
+                f"{where}, example {first}: label "
                 f"{int(y[first])} is outside dataset '{args.dataset}''s {spec.num_classes} "
                 f"classes [0, {spec.num_classes - 1}]: fix the data")
         counts = y.bincount(minlength=spec.num_classes)

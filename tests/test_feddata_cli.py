@@ -31,8 +31,9 @@ def idx_pair(folder: Path, prefix: str, n: int, dims=(28, 28)) -> None:
         (folder / f"{prefix}-{what}.gz").write_bytes(gzip.compress(data))
 
 
-def null_image_parquet(folder: Path) -> Path:
-    """The hub's parquet layout, 5 rows of 28x28 PNGs, row 2 with no image (null)."""
+def null_image_parquet(folder: Path, splits=("train",)) -> Path:
+    """The hub's parquet layout, 5 rows of 28x28 PNGs, row 2 with no image (null), in each of
+    `splits`."""
     from datasets import ClassLabel, Dataset, Features, Image
     from PIL import Image as PILImage
 
@@ -43,9 +44,11 @@ def null_image_parquet(folder: Path) -> Path:
         rows.append({"bytes": buf.getvalue(), "path": None})
     rows[2] = None
     (folder / "data").mkdir(parents=True)
-    Dataset.from_dict({"image": rows, "label": [0, 1, 2, 3, 4]},
-                      features=Features({"image": Image(), "label": ClassLabel(num_classes=10)})
-                      ).to_parquet(str(folder / "data" / "train-00000-of-00001.parquet"))
+    ds = Dataset.from_dict({"image": rows, "label": [0, 1, 2, 3, 4]},
+                           features=Features({"image": Image(),
+                                              "label": ClassLabel(num_classes=10)}))
+    for split in splits:
+        ds.to_parquet(str(folder / "data" / f"{split}-00000-of-00001.parquet"))
     return folder
 
 
@@ -71,6 +74,8 @@ def make(tmp_path: Path, kind: str) -> Path:
         (path / "train-images-idx3-ubyte.gz").unlink()
     elif kind == "null-image":
         null_image_parquet(path)
+    elif kind == "null-image-both-splits":
+        null_image_parquet(path, ("train", "test"))
     elif kind == "readme-only":
         (path / "README.txt").write_text("the data will come later\n")
     elif kind == "fifo":
@@ -116,6 +121,8 @@ CASES = {
                                 ["no t10k-images-idx3-ubyte[.gz]"]),
     "dataset-path-readme-only": (CHECK + FM + ("--dataset-path",), "readme-only", 1,
                                  ["no column 'image'", "feddata.save"]),
+    "dataset-path-null-image": (CHECK + FM + ("--dataset-path",), "null-image-both-splits", 1,
+                                ["train split", "it has no image (null)"]),
     "dataset-path-follow-links": (CHECK + FM + ("--dataset-path", "--follow-links"),
                                   "both-pairs", 2, ["--follow-links"]),
     "demo-no-nodes": (("feddata", "demo-folders", "--nodes", "0"), "empty", 2, ["--nodes 0"]),
