@@ -43,7 +43,7 @@ import numpy as np
 import torch
 
 from fileio.names import plain_name
-from fileio.reading import kind_of, open_regular, read_json_bounded
+from fileio.reading import kind_of, memory_bytes, open_regular, read_json_bounded
 
 from .decode import (IMAGE_SUFFIXES, LabelRefused, PixelsRefused, char_indices, class_indices,
                      normalize, open_image, pixels_8bit, shown_size)
@@ -408,6 +408,9 @@ def _in_arrow_memory(tree: _Folder, file: Path):
 
     with tree.open(file) as f:
         size = os.fstat(f.fileno()).st_size
+        if size > memory_bytes():  # (read whole, as the table it holds would be)
+            raise OwnDataError(f"{file} is {size:,} bytes, more than this machine's memory: "
+                               "split it into files that fit")
         buffer = pa.allocate_buffer(size)
         with memoryview(buffer) as view:
             got = f.readinto(view)

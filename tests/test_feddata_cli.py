@@ -228,3 +228,19 @@ def test_parquet_and_arrow_files_reach_arrow_in_its_own_memory(tmp_path, monkeyp
     assert len(seen) == 1
     kind, allocated = seen[0]
     assert kind is pa.BufferReader and allocated - before >= size
+
+
+@pytest.mark.parametrize("spare", [0, -1], ids=["fits", "one-byte-over"])
+def test_a_parquet_file_larger_than_memory_is_refused_before_it_is_read(tmp_path, monkeypatch,
+                                                                        spare):
+    """A node's parquet file is read whole into Arrow's memory: one the size of the machine's
+    memory is read (and then refused for its null row), one byte more is refused unread."""
+    from feddata import own_data
+    from feddata.specs import DATASET_BY_NAME
+
+    folder = make(tmp_path, "null-image")
+    size = (folder / "data" / "train-00000-of-00001.parquet").stat().st_size
+    monkeypatch.setattr(own_data, "memory_bytes", lambda: size + spare)
+    words = "no image (null)" if spare == 0 else f"is {size:,} bytes, more than this machine's"
+    with pytest.raises(own_data.OwnDataError, match=words):
+        own_data.read_own_data(str(folder), DATASET_BY_NAME["fashion-mnist"], "fashion-mnist")
