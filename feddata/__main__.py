@@ -35,12 +35,13 @@ from pathlib import Path
 
 import numpy as np
 
+from .decode import LabelRefused, PixelsRefused
 from .digits import load_digits_dataset
-from .loading import _quiet_datasets
 from .idx import IdxRefused
+from .loading import _quiet_datasets, to_tensors
 from .own_data import own_data_partition
 from .settings import DataSettings
-from .sources import DataSourceError
+from .sources import DataSourceError, load_train_test
 from .specs import DATASETS, DataSettingError, spec_of
 
 
@@ -135,10 +136,6 @@ def check_dataset_path(args, settings: DataSettings) -> int:
     server and the simulated clients call it), then every example of both splits decoded as the
     run decodes them (`loading.to_tensors`) and its label checked against the dataset's
     classes."""
-    from .decode import LabelRefused, PixelsRefused
-    from .loading import to_tensors
-    from .sources import load_train_test
-
     spec = spec_of(settings)
     train, test = load_train_test(spec, args.data_path, test_fraction=settings.test_fraction,
                                   seed=settings.seed, dataset=args.dataset)
