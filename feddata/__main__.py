@@ -7,6 +7,11 @@
         the fix; exit status 0 when the folder is usable, 1 when it is not, 2 for a bad option.
         --follow-links: as the node config data-follow-links = true (links may leave the
         folder).
+    python -m feddata check <dataset-path> --dataset fashion-mnist --dataset-path
+        check a run's local copy of its dataset (run config dataset-path) as the run reads it:
+        the run's own reader (`sources.load_train_test`: for a folder of IDX files all four
+        files, the t10k pair as the server's test set), then every example of both splits
+        decoded; prints the sizes of both splits, or the problem and the fix.
     python -m feddata check <data-path> --dataset custom --classes 10 --shape 1,8,8
         the same for data of your own (run config dataset = 'custom', custom-classes,
         custom-shape).
@@ -30,11 +35,14 @@ from pathlib import Path
 
 import numpy as np
 
+from .decode import LabelRefused, PixelsRefused
 from .digits import load_digits_dataset
-from .loading import _quiet_datasets
-from .own_data import OwnDataError, own_data_partition
+from .idx import IdxRefused
+from .loading import _quiet_datasets, to_tensors
+from .own_data import own_data_partition
 from .settings import DataSettings
-from .specs import DATASETS, DataSettingError
+from .sources import DataSourceError, load_train_test
+from .specs import DATASETS, DataSettingError, spec_of
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,6 +62,10 @@ def main(argv: list[str] | None = None) -> int:
     check.add_argument("--follow-links", action="store_true",
                        help="follow links that leave the folder (node config "
                        "data-follow-links = true)")
+    check.add_argument("--dataset-path", action="store_true",
+                       help="check the folder as a run's dataset-path (its local copy of the "
+                       "dataset: the train split and the server's test split) instead of a "
+                       "node's own data-path")
     demo = sub.add_parser("demo-folders", help="disjoint label-skewed digits folders")
     demo.add_argument("out", help="the folder to write node-0, node-1, ... into")
     demo.add_argument("--nodes", type=int, default=3)
@@ -61,27 +73,49 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--images", action="store_true",
                       help="PNG images for dataset 'custom', formats in turn, and server-test/")
     args = parser.parse_args(argv)
+    if args.command == "check" and args.dataset_path and args.follow_links:
+        parser.error("--follow-links is a node's rule (node config data-follow-links), and "
+                     "--dataset-path checks the run's reader, which follows none: give one")
 
     _quiet_datasets()
     if args.command == "demo-folders":
+        if not 1 <= args.nodes <= DEMO_MAX_NODES:
+            parser.error(f"--nodes {args.nodes}: give 1 to {DEMO_MAX_NODES} (the digits are "
+                         "1,797 examples)")
         make = demo_image_folders if args.images else demo_folders
-        for folder in make(args.out, args.nodes, args.seed):
+        try:
+            folders = make(args.out, args.nodes, args.seed)
+        except OSError as err:  # the out folder: a file, no permission, a full disk
+            print(f"error: cannot write the demo folders into {args.out} ({err.strerror or err}"
+                  f"{f': {err.filename}' if err.filename else ''}): give a folder you can "
+                  "write", file=sys.stderr)
+            return 1
+        for folder in folders:
             print(folder)
         print(f"run config: {demo_run_config(args.out, args.images)}")
         return 0
 
     settings = DataSettings(  # (the held-out share's size does not depend on the seed: 0)
         dataset=args.dataset, custom_classes=args.classes, custom_shape=args.shape,
-        custom_mean="", custom_std="", client_val_fraction=args.client_val_fraction, seed=0)
+        custom_mean="", custom_std="", client_val_fraction=args.client_val_fraction, seed=0,
+        dataset_path=args.data_path if args.dataset_path else "")
     try:
-        data, part = own_data_partition(settings, args.data_path,
-                                        follow_links=args.follow_links)
+        return (check_dataset_path if args.dataset_path else check_data_path)(args, settings)
     except DataSettingError as err:
         print(f"error: {str(err).replace('run config ', '')} (here: {OPTIONS})", file=sys.stderr)
         return 2
-    except OwnDataError as err:
+    except (DataSourceError, IdxRefused) as err:  # (OwnDataError is a DataSourceError)
         print(f"error: {err}", file=sys.stderr)
         return 1
+    except OSError as err:  # the folder itself: a permission, a name too long, ...
+        print(f"error: {args.data_path} cannot be read ({err.strerror or err}): give a folder "
+              "you can read", file=sys.stderr)
+        return 1
+
+
+def check_data_path(args, settings: DataSettings) -> int:
+    """`check` of a node's own folder: the node's path (`own_data_partition`)."""
+    data, part = own_data_partition(settings, args.data_path, follow_links=args.follow_links)
     for line in data.skipped:
         print(f"{args.data_path}: {line}")
     n, held = len(data.y), len(part.val_y)
@@ -90,6 +124,45 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.data_path}: {n} examples ({data.source}) of dataset '{args.dataset}', "
           f"{len(labels)} of {part.num_classes} labels {labels}; {n - held} to train on, "
           f"{held} held out for federated evaluation: OK")
+    if data.source == "IDX files":
+        print(f"{args.data_path}: note: that is how a node reads it (one split); as a run's "
+              "dataset-path it is read whole, the t10k pair as the server's test set: add "
+              "--dataset-path to check that")
+    return 0
+
+
+def check_dataset_path(args, settings: DataSettings) -> int:
+    """`check --dataset-path`: the run's own reader of its local copy (`load_train_test`, as the
+    server and the simulated clients call it), then every example of both splits decoded as the
+    run decodes them (`loading.to_tensors`) and its label checked against the dataset's
+    classes."""
+    spec = spec_of(settings)
+    train, test = load_train_test(spec, args.data_path, test_fraction=settings.test_fraction,
+                                  seed=settings.seed, dataset=args.dataset)
+    sizes = []
+    for split, ds in (("train", train), ("test", test)):
+        where = f"dataset-path '{args.data_path}', {split} split" + (
+            f" (in the run's order: shuffled with seed {settings.seed})" if split == "train"
+            else "")
+        try:
+            _, y = to_tensors(ds, spec, ready=False)
+        except PixelsRefused as err:  # (its message holds the fix)
+            raise DataSourceError(f"{where}, {err}") from None
+        except LabelRefused as err:
+            raise DataSourceError(f"{where}, {err}: labels are the class indices 0 .. "
+                                  f"{spec.num_classes - 1}; fix the label column") from None
+        bad = ((y < 0) | (y >= spec.num_classes)).nonzero()
+        if len(bad):
+            first = int(bad[0][0])
+            raise DataSourceError(
+                f"{where}, example {first}: label "
+                f"{int(y[first])} is outside dataset '{args.dataset}''s {spec.num_classes} "
+                f"classes [0, {spec.num_classes - 1}]: fix the data")
+        counts = y.bincount(minlength=spec.num_classes)
+        sizes.append(f"{split} {len(y)} examples ({int((counts > 0).sum())} of "
+                     f"{spec.num_classes} labels)")
+    print(f"{args.data_path}: dataset-path of dataset '{args.dataset}': {sizes[0]}, "
+          f"{sizes[1]}, the server's test set: OK")
     return 0
 
 
@@ -126,6 +199,7 @@ def demo_folders(out: str, nodes: int, seed: int = 0) -> list:
 
 
 DEMO_FORMATS = ("image folder", "save_to_disk", "parquet")
+DEMO_MAX_NODES = 100  # (each node a folder of the 1,797 digits' share)
 # run-config keys of the digits as images (demo_image_folders): dataset 'custom'
 DEMO_CUSTOM = {"dataset": "custom", "custom-classes": 10, "custom-shape": "1,8,8",
                "custom-mean": "0.3", "custom-std": "0.38", "client-data": "own"}

@@ -145,6 +145,8 @@ def pixels_8bit(img):
 def _image_array(img, mode: str, size: tuple[int, int]) -> np.ndarray:
     from PIL import Image
 
+    if img is None:
+        raise PixelsRefused("it has no image (null): remove the example, or give it its image")
     if isinstance(img, dict):  # undecoded {"bytes", "path"}
         img = open_image(io.BytesIO(img["bytes"]) if img.get("bytes") else img["path"])
     img = pixels_8bit(img)

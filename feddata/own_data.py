@@ -43,7 +43,7 @@ import numpy as np
 import torch
 
 from fileio.names import plain_name
-from fileio.reading import kind_of, open_regular, read_json_bounded
+from fileio.reading import kind_of, memory_bytes, open_regular, read_json_bounded
 
 from .decode import (IMAGE_SUFFIXES, LabelRefused, PixelsRefused, char_indices, class_indices,
                      normalize, open_image, pixels_8bit, shown_size)
@@ -334,9 +334,16 @@ def _idx_copy(tree: _Folder, spec: DatasetSpec, dataset: str, want: str):
     if name is None:
         raise OwnDataError(f"'{tree.root}' has the IDX splits {splits} and no '{want}': its "
                            f"'{want}' split (or its only one) is read")
-    prefix = SPLIT_PREFIXES[name]
-    _skip_rest(tree, tree.root, {f"{prefix}-{what}{suffix}" for what in (IMAGES, LABELS)
-                                 for suffix in ("", ".gz")})
+    names = {split: {f"{prefix}-{what}{suffix}" for what in (IMAGES, LABELS)
+                     for suffix in ("", ".gz")} for split, prefix in SPLIT_PREFIXES.items()}
+    for entry in tree.entries(tree.root):
+        other = next((split for split in names if entry.name in names[split]), None)
+        if other is None:
+            tree.skip(entry, "entries the layout does not read")
+        elif other != name:  # (not an error: the pair of the split another reader takes)
+            tree.skip(entry, f"file(s) of the IDX {other} split, not read as {tree.key} (it "
+                      f"reads the {name} split); a run's dataset-path reads both splits "
+                      "(`python -m feddata check --dataset-path` checks them)")
 
     def opener(path: Path):
         if tree.kind(path) != "file":
@@ -344,9 +351,7 @@ def _idx_copy(tree: _Folder, spec: DatasetSpec, dataset: str, want: str):
         return tree.open(path)
 
     try:
-        images, labels = read_idx_split(tree.root, name, shape=spec.in_shape[1:],
-                                        num_classes=spec.num_classes, dataset=dataset,
-                                        opener=opener)
+        images, labels = read_idx_split(tree.root, name, dataset, opener)
     except IdxRefused as err:
         raise OwnDataError(str(err)) from None
     return images[:, None], labels
@@ -389,27 +394,53 @@ def _arrow_files(tree: _Folder, folder: Path) -> list[tuple[Path, Callable]]:
     return [(folder / name, lambda f: _arrow(tree, f)) for name in names]
 
 
-def _arrow(tree: _Folder, file: Path):
+def _in_arrow_memory(tree: _Folder, file: Path):
+    """The regular file `file` (`_Folder.open`) copied whole into a buffer Arrow allocated, as
+    a `pyarrow.BufferReader`.
+
+    Never a Python file object: Arrow would read it as buffers that hold Python objects
+    (`PyBuffer`), and its parquet reader drops its last references to them on its own thread
+    pool, after `read()` has returned. Dropping one takes the GIL; when the interpreter is
+    already finalizing (a `feddata check` that refused a row and exited at once), that thread is
+    made to exit inside a C++ destructor, and the process aborts ("terminate called without an
+    active exception", exit 134, in about one run of ten). Memory Arrow owns needs no GIL."""
     import pyarrow as pa
 
     with tree.open(file) as f:
-        try:
-            return pa.ipc.open_stream(f).read_all()
-        except (pa.ArrowException, OSError, ValueError) as err:
-            raise OwnDataError(f"{file} is not an Arrow stream as save_to_disk writes it "
-                               f"({err}): save the data again with save_to_disk") from None
+        size = os.fstat(f.fileno()).st_size
+        if size > memory_bytes():  # (read whole, as the table it holds would be)
+            raise OwnDataError(f"{file} is {size:,} bytes, more than this machine's memory: "
+                               "split it into files that fit")
+        buffer = pa.allocate_buffer(size)
+        with memoryview(buffer) as view:
+            got = f.readinto(view)
+        if got != size or f.read(1):
+            raise OwnDataError(f"{file} changed while it was read: give a file that is not "
+                               "being written")
+    return pa.BufferReader(buffer)
+
+
+def _arrow(tree: _Folder, file: Path):
+    import pyarrow as pa
+
+    source = _in_arrow_memory(tree, file)
+    try:
+        return pa.ipc.open_stream(source).read_all()
+    except (pa.ArrowException, OSError, ValueError) as err:
+        raise OwnDataError(f"{file} is not an Arrow stream as save_to_disk writes it "
+                           f"({err}): save the data again with save_to_disk") from None
 
 
 def _parquet(tree: _Folder, file: Path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    with tree.open(file) as f:
-        try:
-            return pq.ParquetFile(f).read()
-        except (pa.ArrowException, OSError, ValueError) as err:
-            raise OwnDataError(f"{file} is not a readable parquet file ({err}): write it again "
-                               "(datasets: to_parquet)") from None
+    source = _in_arrow_memory(tree, file)
+    try:
+        return pq.ParquetFile(source).read()
+    except (pa.ArrowException, OSError, ValueError) as err:
+        raise OwnDataError(f"{file} is not a readable parquet file ({err}): write it again "
+                           "(datasets: to_parquet)") from None
 
 
 def _column(table, name: str, spec: DatasetSpec, dataset: str, file: Path) -> list:

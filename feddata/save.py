@@ -20,21 +20,14 @@ from pathlib import Path
 
 import numpy as np
 
-from fileio.reading import open_regular
 
 from . import idx
-from .sources import local_copy_kwargs
+from .sources import DataSourceError, load_local_copy
 from .specs import DATASET_BY_NAME
 
 # EMNIST ByClass: 10 digits, 26 upper-case, 26 lower-case letters (emnist-byclass-mapping.txt).
 EMNIST_CLASSES = [str(d) for d in range(10)] + [chr(c) for c in range(65, 91)] + \
     [chr(c) for c in range(97, 123)]
-
-
-def read_idx(path: Path, ndim: int) -> np.ndarray:
-    """The IDX file at `path` (gzipped or not), read and checked by `idx.read_idx`."""
-    with open_regular(path) as f:
-        return idx.read_idx(f, path, ndim)
 
 
 def emnist_from_idx(folder: str, variant: str = "byclass"):
@@ -51,13 +44,14 @@ def emnist_from_idx(folder: str, variant: str = "byclass"):
             p = root / f"emnist-{variant}-{split}-{what}{suffix}"
             if p.exists():
                 return p
-        raise FileNotFoundError(f"{root}: no emnist-{variant}-{split}-{what}-ubyte[.gz]")
+        raise idx.IdxRefused(f"{root} has no emnist-{variant}-{split}-{what}-ubyte[.gz]: "
+                             "give the folder of NIST's EMNIST files (gzip.zip, unpacked)")
 
     features = Features({"image": Image(), "label": ClassLabel(names=EMNIST_CLASSES)})
     splits = {}
     for split in ("train", "test"):
-        images = read_idx(find(split, "images-idx3"), 3)
-        labels = read_idx(find(split, "labels-idx1"), 1)
+        images, labels = idx.read_idx_pair(find(split, "images-idx3"),
+                                           find(split, "labels-idx1"), split, "emnist")
         # NIST stores EMNIST transposed relative to MNIST; .T gives upright characters.
         pil = [PILImage.fromarray(np.ascontiguousarray(img.T), mode="L") for img in images]
         splits[split] = Dataset.from_dict({"image": pil, "label": labels.astype(np.int64)},
@@ -75,9 +69,7 @@ def images_from_idx(folder: str, name: str):
     features = Features({spec.image: Image(), spec.label: ClassLabel(names=list(spec.class_names))})
     splits = {}
     for split in idx.SPLIT_PREFIXES:
-        images, labels = idx.read_idx_split(Path(folder).expanduser(), split,
-                                            shape=spec.in_shape[1:],
-                                            num_classes=spec.num_classes, dataset=name)
+        images, labels = idx.read_idx_split(Path(folder).expanduser(), split, name)
         splits[split] = Dataset.from_dict(
             {spec.image: [PILImage.fromarray(img, mode="L") for img in images],
              spec.label: labels}, features=features)
@@ -94,7 +86,7 @@ def load_source(name: str, source: str | None = None, idx_folder: str | None = N
         return emnist_from_idx(idx_folder) if name == "emnist" else \
             images_from_idx(idx_folder, name)
     if source:
-        return datasets.load_dataset(**local_copy_kwargs(source))
+        return load_local_copy(source, spec, name)
     if not spec.hub:
         raise SystemExit(f"{name} has no hub copy: give --from-idx (EMNIST) or --from")
     return datasets.load_dataset(spec.hub, spec.subset)
@@ -134,8 +126,14 @@ def main(argv: list[str] | None = None) -> int:
     datasets.disable_progress_bars()
     try:
         dd = load_source(args.dataset, args.source, args.idx)
-    except idx.IdxRefused as err:
+    except (idx.IdxRefused, DataSourceError) as err:
         print(f"error: {err}", file=sys.stderr)
+        return 1
+    except (ConnectionError, datasets.exceptions.DatasetsError) as err:  # the hub
+        why = (str(err).strip() or type(err).__name__).splitlines()[0]
+        print(f"error: {args.dataset} could not be loaded from the Hugging Face hub "
+              f"({type(err).__name__}: {why}): run it where the hub is reachable, or give "
+              "--from / --from-idx", file=sys.stderr)
         return 1
     spec = DATASET_BY_NAME[args.dataset]
     first = next(iter(dd.values()))
@@ -145,7 +143,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: the data lacks the column(s) {missing} of {args.dataset}'s hub format "
               f"(columns: {first.column_names})", file=sys.stderr)
         return 1
-    for path in save(dd, args.out, args.format):
+    try:
+        written = save(dd, args.out, args.format)
+    except OSError as err:  # the out folder: a file, no permission, a full disk
+        print(f"error: cannot write {args.out} ({err.strerror or err}"
+              f"{f': {err.filename}' if err.filename else ''}): give a folder you can write",
+              file=sys.stderr)
+        return 1
+    for path in written:
         print(f"wrote {path}")
     print(f"{args.dataset}: " + ", ".join(f"{s} {len(d)}" for s, d in dd.items())
           + f". Run with --run-config \"dataset='{args.dataset}' dataset-path='"

@@ -28,6 +28,7 @@ imported only here, when a run reads such data (docs/performance.md#the-simulati
 from __future__ import annotations
 
 import glob
+import os
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,7 @@ import numpy as np
 from fileio.names import plain_name
 from fileio.reading import read_json_bounded
 
-from .idx import SPLIT_PREFIXES, IdxRefused, is_idx_folder, read_idx_split
+from .idx import IMAGES, LABELS, SPLIT_PREFIXES, IdxRefused, is_idx_folder, read_idx_split
 from .specs import DatasetSpec
 
 MARKER_LIMIT = 16 * 2**20  # dataset_dict.json / state.json: a few hundred bytes when written
@@ -64,6 +65,40 @@ def local_copy_kwargs(path: str) -> dict[str, Any]:
     if empty:
         raise DataSourceError(f"dataset-path '{path}': no .arrow files for split(s) {empty}")
     return {"path": "arrow", "data_files": files}
+
+
+def copy_formats(spec: DatasetSpec, dataset: str) -> str:
+    """The layouts a local copy of `dataset` may have, for messages."""
+    names = ", ".join(f"{p}-{w}[.gz]" for p in SPLIT_PREFIXES.values() for w in (IMAGES, LABELS))
+    idx = f"its four IDX files ({names}), " if spec.idx else ""
+    return (f"{idx}a save_to_disk folder or the hub's parquet layout (data/<split>-*.parquet), "
+            f"as `python -m feddata.save {dataset or '<dataset>'} <folder>` writes them")
+
+
+def load_local_copy(path: str, spec: DatasetSpec, dataset: str):
+    """`datasets.load_dataset` of the local copy at `path` (`local_copy_kwargs`); an empty
+    folder, or one `datasets` finds no data in or cannot build, is a DataSourceError naming
+    the folder, the layouts a copy may have and how to write one (never `datasets`' own
+    traceback)."""
+    import datasets
+
+    folder = Path(path).expanduser()
+    try:
+        empty = folder.is_dir() and not any(not n.startswith(".") for n in os.listdir(folder))
+    except OSError as err:
+        raise DataSourceError(f"dataset-path '{path}' cannot be read ({err.strerror or err}): "
+                              "fix its permissions") from None
+    if empty:
+        raise DataSourceError(f"dataset-path '{path}' is empty: put the local copy of dataset "
+                              f"'{dataset}' there, {copy_formats(spec, dataset)}")
+    source = local_copy_kwargs(path)
+    try:
+        return datasets.load_dataset(**source)
+    except (datasets.exceptions.DatasetsError, FileNotFoundError, ValueError) as err:
+        why = (str(err).strip() or type(err).__name__).splitlines()[0]
+        raise DataSourceError(f"dataset-path '{path}' holds no dataset `datasets` can load "
+                              f"({type(err).__name__}: {why}): give a local copy of dataset "
+                              f"'{dataset}', {copy_formats(spec, dataset)}") from None
 
 
 def _split_names(path: Path) -> list[str]:
@@ -111,7 +146,8 @@ def train_test(dd, spec: DatasetSpec, test_fraction: float, seed: int):
         if col not in dd["train"].column_names:
             raise DataSourceError(
                 f"the data has no column '{col}' (columns: {dd['train'].column_names}); "
-                f"expected the hub format of this dataset"
+                "expected the hub format of this dataset (`python -m feddata.save` writes a "
+                "local copy in it)"
             )
     train = dd["train"]
     test_name = next((s for s in spec.test_splits if s in dd), None)
@@ -144,8 +180,7 @@ def idx_dataset_dict(folder: Path, spec: DatasetSpec, dataset: str):
     splits = {}
     for split in SPLIT_PREFIXES:
         try:
-            images, labels = read_idx_split(folder, split, shape=(h, w),
-                                            num_classes=spec.num_classes, dataset=dataset)
+            images, labels = read_idx_split(folder, split, dataset)
         except IdxRefused as err:
             raise DataSourceError(f"dataset-path: {err}") from None
         splits[split] = Dataset.from_dict({spec.image: _nested_lists(images),
@@ -179,14 +214,13 @@ def load_train_test(spec: DatasetSpec, dataset_path: str, *, test_fraction: floa
         dd = idx_dataset_dict(folder, spec, dataset)
         return train_test(dd, spec, test_fraction, seed)
     if dataset_path:
-        source = local_copy_kwargs(dataset_path)
+        dd = load_local_copy(dataset_path, spec, dataset)
     elif spec.hub:
-        source = {"path": spec.hub, "name": spec.subset}
+        dd = datasets.load_dataset(spec.hub, spec.subset)
     else:
         raise DataSourceError(
             "this dataset has no hub copy: set dataset-path to a local copy "
             "(see `python -m feddata.save --help`)")
-    dd = datasets.load_dataset(**source)
     if not isinstance(dd, datasets.DatasetDict):  # (a builder argument that returns one split)
         raise DataSourceError(f"the data loads as {type(dd).__name__}, not as a dataset with "
                               "splits: give the folder that holds the splits")

@@ -49,6 +49,9 @@ class DatasetSpec:
     model: str = "cnn"  # the papers' model for it (documentation and set-ups)
     class_names: tuple[str, ...] = ()  # the label names of a local copy made here ('' = none)
     idx: bool = False  # a local copy may be a folder of IDX files (feddata/idx.py)
+    # the published splits' sizes: the most examples an IDX file of a split may declare
+    # (its header is checked against them before anything is read: feddata/idx.py)
+    split_sizes: tuple[tuple[str, int], ...] = ()
 
 
 # LEAF's 80 characters (leaf/models/utils/language_utils.py); others map to ' '.
@@ -75,11 +78,13 @@ DATASET_BY_NAME: dict[str, DatasetSpec] = {
                                  augment="crop-flip", model="resnet18"),
     # GC-Fed's EMNIST (ByClass, 62 classes) with its normalization; no plain hub copy is known.
     "emnist": DatasetSpec((1, 28, 28), 62, "image", "label", (0.1751,), (0.3333,),
-                          model="mlp-gcfed"),
+                          model="mlp-gcfed",  # ByClass: NIST's 697,932 + 116,323 images
+                          split_sizes=(("train", 697_932), ("test", 116_323))),
     # Zalando's Fashion-MNIST, normalized by its training set's mean and std (60,000 images)
     "fashion-mnist": DatasetSpec((1, 28, 28), 10, "image", "label", (0.2860,), (0.3530,),
                                  hub="zalando-datasets/fashion_mnist", model="mlp-gcfed",
-                                 class_names=FASHION_MNIST_CLASSES, idx=True),
+                                 class_names=FASHION_MNIST_CLASSES, idx=True,
+                                 split_sizes=(("train", 60_000), ("test", 10_000))),
     # FedACG's LEAF set-ups: FEMNIST as ToTensor() (no normalization), CelebA at 84x84, 0.5/0.5.
     "femnist": DatasetSpec((1, 28, 28), 62, "image", "character", (0.0,), (1.0,),
                            hub="flwrlabs/femnist", test_splits=(), natural_id="writer_id",

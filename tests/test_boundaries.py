@@ -268,13 +268,11 @@ def test_own_data_idx_labels_at_their_boundaries(tmp_path, label, ok):
     (tmp_path / "train-labels-idx1-ubyte").write_bytes(
         bytes([0, 0, 8, 1, 0, 0, 0, 1, label]))
     if ok:
-        _, y = read_idx_split(tmp_path, "train", shape=(28, 28), num_classes=10,
-                              dataset="fashion-mnist")
+        _, y = read_idx_split(tmp_path, "train", "fashion-mnist")
         assert y.tolist() == [label]
     else:
         with pytest.raises(IdxRefused, match=f"has label {label}, outside"):
-            read_idx_split(tmp_path, "train", shape=(28, 28), num_classes=10,
-                           dataset="fashion-mnist")
+            read_idx_split(tmp_path, "train", "fashion-mnist")
 
 
 # --- results files: results.json's fields and rows ------------------------------------------

@@ -137,7 +137,8 @@ BAD_FILES = [
     ("t10k-labels-idx1-ubyte.gz", lambda d: d[:4] + struct.pack(">I", 19) + d[8:-1],
      ["20 images", "19 labels"]),
     ("train-images-idx3-ubyte.gz",
-     lambda d: d[:4] + struct.pack(">III", 0x7FFFFFFF, 28, 28) + d[16:], ["values"]),
+     lambda d: d[:4] + struct.pack(">III", 0x7FFFFFFF, 28, 28) + d[16:],
+     ["2,147,483,647 images", "60,000"]),
 ]
 
 
@@ -158,7 +159,7 @@ def test_images_of_another_size_are_refused(tmp_path, arrays):
     other["train"] = (np.zeros((60, 32, 32), np.uint8), arrays["train"][1])
     folder = write_idx_folder(tmp_path / "idx", other, gz=False)
     with pytest.raises(IdxRefused, match="32x32 images.*28x28"):
-        read_idx_split(folder, "train", shape=(28, 28), num_classes=10, dataset="fashion-mnist")
+        read_idx_split(folder, "train", "fashion-mnist")
 
 
 def test_a_damaged_gzip_stream_and_a_missing_file_are_refused(tmp_path, arrays):
@@ -167,10 +168,10 @@ def test_a_damaged_gzip_stream_and_a_missing_file_are_refused(tmp_path, arrays):
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])  # the gzip stream cut
     with pytest.raises(IdxRefused, match="train-images-idx3-ubyte.gz.*(gzip|truncated)"):
-        read_idx_split(folder, "train", shape=(28, 28), num_classes=10, dataset="fashion-mnist")
+        read_idx_split(folder, "train", "fashion-mnist")
     (folder / "t10k-labels-idx1-ubyte.gz").unlink()
     with pytest.raises(IdxRefused, match="no t10k-labels-idx1-ubyte"):
-        read_idx_split(folder, "test", shape=(28, 28), num_classes=10, dataset="fashion-mnist")
+        read_idx_split(folder, "test", "fashion-mnist")
 
 
 def test_both_a_plain_and_a_gzipped_copy_of_one_file_are_refused(tmp_path, arrays):
@@ -178,7 +179,7 @@ def test_both_a_plain_and_a_gzipped_copy_of_one_file_are_refused(tmp_path, array
     plain = gzip.decompress((folder / "train-labels-idx1-ubyte.gz").read_bytes())
     (folder / "train-labels-idx1-ubyte").write_bytes(plain)
     with pytest.raises(IdxRefused, match="both train-labels-idx1-ubyte and .*keep one"):
-        read_idx_split(folder, "train", shape=(28, 28), num_classes=10, dataset="fashion-mnist")
+        read_idx_split(folder, "train", "fashion-mnist")
 
 
 def test_a_link_in_the_folder_is_not_followed(tmp_path, arrays):
@@ -187,7 +188,7 @@ def test_a_link_in_the_folder_is_not_followed(tmp_path, arrays):
     (folder / "train-labels-idx1-ubyte").rename(real)
     os.symlink(real, folder / "train-labels-idx1-ubyte")
     with pytest.raises(IdxRefused, match="train-labels-idx1-ubyte.*link"):
-        read_idx_split(folder, "train", shape=(28, 28), num_classes=10, dataset="fashion-mnist")
+        read_idx_split(folder, "train", "fashion-mnist")
 
 
 def test_a_node_reads_its_own_idx_folder(tmp_path, arrays):
