@@ -94,9 +94,11 @@ def local_update(
         if cfg.lr_epoch_decay != 1.0 and k % per_epoch == 0:  # a local epoch begins
             for group in opt.param_groups:
                 group["lr"] = cfg.lr * cfg.lr_epoch_decay ** (k // per_epoch)
-        # non_blocking changes when the copy happens, never the values: not mutated
-        xb = x[idx].to(device, non_blocking=True)  # pragma: no mutate
-        yb = y[idx].to(device, non_blocking=True)  # pragma: no mutate
+        # the batch's rows (index_select copies rows: x[idx] gathers element by element, 6x
+        # slower on a CPU); non_blocking changes when the copy happens, never the values
+        idx = idx.to(x.device)
+        xb = torch.index_select(x, 0, idx).to(device, non_blocking=True)  # pragma: no mutate
+        yb = torch.index_select(y, 0, idx).to(device, non_blocking=True)  # pragma: no mutate
         if transform is not None:
             xb = transform(xb, generator)
         opt.zero_grad(set_to_none=False)
