@@ -17,7 +17,6 @@ import pytest
 
 import fedacg_gc
 from experiments.superlink import CONNECTION
-from test_simulation import superlink  # noqa: F401 - the module-scoped SuperLink fixture
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
@@ -53,7 +52,7 @@ def faulty_app_copy(dest: Path, plan: list[dict] = PLAN) -> Path:
     return dest
 
 
-def test_run_survives_raising_hanging_and_nan_clients(superlink, tmp_path):  # noqa: F811
+def test_run_survives_raising_hanging_and_nan_clients(superlink, tmp_path):
     env, home = superlink
     app = faulty_app_copy(tmp_path / "app")
     run_config = (f"num-server-rounds=4 fraction-train=1.0 min-train-clients=3 round-timeout=45 "
