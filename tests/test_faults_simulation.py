@@ -78,4 +78,4 @@ def test_run_survives_raising_hanging_and_nan_clients(superlink, tmp_path):
     assert rows[3]["test-loss"] < rows[0]["test-loss"]
     assert "injected failure (partition 1)" in log and "round 4 skipped" in log
     assert re.search(r"round 2: no reply from node \d+ \(partition 2\)", log)
-    print(f"faults run: {wall:.1f} s, rounds {[r.get('seconds') for r in rows]} s")
+    print(f"faults run: {wall:.1f} s, rounds {[round(r.get('seconds', 0), 1) for r in rows]} s")
