@@ -82,6 +82,41 @@ def partition_cache_dir(tmp_path_factory):
         os.environ["FEDACG_CACHE_DIR"] = old
 
 
+@pytest.fixture(scope="session")
+def superlink(tmp_path_factory):
+    """A simulation SuperLink on free ports with its own FLWR_HOME, one for the whole test run
+    (every `flwr run` test reads `env, home`; each run has its own run-name under home/runs):
+    every process it started (the SuperExec runs in a session of its own) is stopped at the end,
+    also on failure."""
+    if not shutil.which("flower-superlink"):
+        pytest.skip("flwr is not installed")
+    from experiments.superlink import LocalSuperLink
+
+    home = tmp_path_factory.mktemp("flwr-home")
+    with LocalSuperLink(home=home) as link:
+        yield link.env, home
+
+
+@pytest.fixture(scope="session")
+def fedacg_flwr_run(superlink):
+    """One `flwr run` of the app (FedACG, the default method, 12 rounds on 10 simulated nodes)
+    on the session's SuperLink, read by the tests that only check its outcome: it learns
+    (test_simulation.py) and its console (test_runs_flwr.py). `(out, home, run_dir, wall)`."""
+    import subprocess
+    import time
+
+    from experiments.superlink import CONNECTION
+
+    env, home = superlink
+    t = time.monotonic()
+    out = subprocess.run(
+        ["flwr", "run", ".", CONNECTION, "--stream", "--federation-config", "num-supernodes=10",
+         "--run-config", f"method='fedacg' num-server-rounds=12 out-dir='{home}/runs' "
+         "run-name='fedacg'"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    return out, home, home / "runs" / "fedacg", time.monotonic() - t
+
+
 OPT_IN = ("docker", "each_method", "long")  # markers that run only when `-m` names them
 
 

@@ -4,7 +4,9 @@ tests/test_faults_simulation.py copies the app into a temporary folder next to t
 `fault_plan.json`, and points the copy's pyproject at `faulty_client_app:app`. The production app
 has no fault hooks. Plan entries: {"partition": p or "any", "round": r or "all", "fault": f,
 "seconds": s} with f = "raise" (the ClientApp raises), "hang" (sleeps `seconds` before
-answering), or "nan" (trains, then sends a model with a NaN). An entry with "once": "<absolute
+answering; with "until-recorded": r, only until the server has written round r to the run's
+results.json, i.e. gave up on this reply: past round-timeout however slow the machine, and no
+longer), or "nan" (trains, then sends a model with a NaN). An entry with "once": "<absolute
 path>" applies to the first message only, the one that creates that file (every node on one
 machine shares it: tests/test_field.py's one straggler).
 """
@@ -21,6 +23,8 @@ from flwr.clientapp import ClientApp
 
 from client_app import app as real
 from client_app.app import data_partition_of
+from fileio.errors import UnusableFile
+from fileio.reading import read_text_bounded
 
 PLAN_FILE = Path(__file__).with_name("fault_plan.json")
 PLAN = json.loads(PLAN_FILE.read_text()) if PLAN_FILE.exists() else []
@@ -41,13 +45,33 @@ def fault_for(context: Context, msg: Message) -> dict | None:
     return fault
 
 
+def recorded(results: Path, server_round: int) -> bool:
+    """Whether the run's results.json (written whole after each round) has `server_round`."""
+    try:
+        rows = json.loads(read_text_bounded(results, 2**20))["rounds"]
+        return any(row["round"] >= server_round for row in rows)
+    except (OSError, ValueError, KeyError, TypeError, UnusableFile):
+        return False
+
+
+def hang(fault: dict, context: Context) -> None:
+    deadline = time.monotonic() + float(fault["seconds"])
+    until = fault.get("until-recorded")
+    results = (Path(str(context.run_config["out-dir"])) / str(context.run_config["run-name"])
+               / "results.json")
+    while (left := deadline - time.monotonic()) > 0:
+        if until is not None and recorded(results, int(until)):
+            return
+        time.sleep(min(0.5, left))
+
+
 @app.train()
 def train(msg: Message, context: Context) -> Message:
     fault = fault_for(context, msg)
     if fault and fault["fault"] == "raise":
         raise RuntimeError(f"injected failure (partition {data_partition_of(msg, context)[0]})")
     if fault and fault["fault"] == "hang":
-        time.sleep(float(fault["seconds"]))
+        hang(fault, context)
     out = real.train(msg, context)
     if fault and fault["fault"] == "nan":
         state = out.content["arrays"].to_torch_state_dict()

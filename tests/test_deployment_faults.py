@@ -123,7 +123,8 @@ def test_run_completes_when_a_supernode_is_killed(tmp_path):
                 rows[3]["train-timeouts"]) == (2, 0, 0)
         assert rows[3]["test-loss"] < rows[0]["test-loss"]
         print(f"deployment run: node killed at {killed_at:.0f} s, "
-              f"run done at {time.monotonic() - t:.0f} s")
+              f"run done at {time.monotonic() - t:.0f} s, "
+              f"rounds {[round(r.get('seconds', 0), 1) for r in rows]} s")
     finally:
         for proc in procs.values():
             stop(proc)

@@ -13,7 +13,6 @@ from methods.fedpaq import (UplinkDecoder, dequantize, pack_codes, quantize, qua
                             unpack_codes)
 from methods.fedvarp import FedVARPRule, UpdateTable, varp_step
 from pins_helpers import final_model, real_client, recording, resolved, run_folder, run_server_app
-from test_simulation import superlink  # noqa: F401 - the module-scoped SuperLink fixture
 
 NODES = 4
 BASE = {"dataset": "digits", "num-server-rounds": 2, "local-iterations": 2, "fraction-train": 0.5,
@@ -465,7 +464,7 @@ def test_fedvarp_resume_is_exact(tmp_path):
 @pytest.mark.slow
 @pytest.mark.each_method
 @pytest.mark.parametrize("method", ["fedcm", "fedvarp", "fedacg+fedpaq"])
-def test_flwr_run(superlink, method):  # noqa: F811
+def test_flwr_run(superlink, method):
     """One short simulation each through `flwr run` (Ray, serialized messages): completes, and
     the byte meter shows the method's traffic (FedCM 2x down, FedPAQ about 9/32 up)."""
     import json

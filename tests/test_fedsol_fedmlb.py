@@ -26,7 +26,6 @@ from models import ResNet18GN
 from experiments.superlink import CONNECTION
 from run_config import ConfigError, resolve
 from test_preset_referee import final_theta
-from test_simulation import superlink  # noqa: F401 - the module-scoped SuperLink fixture
 
 # --- FedSOL ----------------------------------------------------------------------------------
 
@@ -332,7 +331,7 @@ def test_fedmlb_runs_end_to_end(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.each_method
-def test_flwr_run_fedsol_and_fedmlb(superlink):  # noqa: F811
+def test_flwr_run_fedsol_and_fedmlb(superlink):
     """Each method through `flwr run` on digits: 2 rounds, 4 simulated nodes."""
     env, home = superlink
     for method, extra in (("fedsol", "local-gc='features' global-gc='all'"),

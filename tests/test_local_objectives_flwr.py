@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from experiments.superlink import CONNECTION
-from test_simulation import superlink  # noqa: F401 - the module-scoped SuperLink fixture
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.slow, pytest.mark.each_method]
@@ -17,7 +16,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.each_method]
 # one run per method (the variants differ in knobs only, run in-process in
 # test_local_objectives.py); a flwr run costs about 25 s, mostly Ray's start
 @pytest.mark.parametrize("method", ["moon", "fedlc-gcfed", "fedntd-fedacg", "feddecorr-gcfed"])
-def test_flwr_run_each_variant(superlink, method):  # noqa: F811
+def test_flwr_run_each_variant(superlink, method):
     env, home = superlink
     run_config = (f"method='{method}' num-server-rounds=2 local-iterations=2 fraction-train=0.5 "
                   f"out-dir='{home}/runs' run-name='{method}'")

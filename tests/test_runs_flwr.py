@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from experiments.superlink import CONNECTION
-from test_simulation import superlink  # noqa: F401 - the module-scoped SuperLink fixture
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
@@ -30,26 +29,25 @@ def status(run_dir: Path) -> subprocess.CompletedProcess:
                           capture_output=True, text=True)
 
 
-def test_console_is_one_line_per_round(superlink):  # noqa: F811
-    env, home = superlink
-    out = flwr_run(env, f"num-server-rounds=3 out-dir='{home}/runs' run-name='console'", 8)
+def test_console_is_one_line_per_round(fedacg_flwr_run):
+    """Read off the session's FedACG run (tests/conftest.py: 12 rounds, the default method)."""
+    out, _, run_dir, _ = fedacg_flwr_run
     text = out.stdout + out.stderr
     assert out.returncode == 0, text[-3000:]
-    rounds = re.findall(r"\[round \d+/3\] test-acc [^\n]*", text)
-    assert len(rounds) == 4, text[-3000:]  # round 0 (the initial model) and 1..3
+    rounds = re.findall(r"\[round \d+/12\] test-acc [^\n]*", text)
+    assert len(rounds) == 13, text[-3000:]  # round 0 (the initial model) and 1..12
     for noise in ("[ROUND", "configure_train", "aggregate_train", "Aggregated MetricRecord",
                   "fraction_evaluate", "FutureWarning", "Starting LookaheadFedAvg"):
         assert noise not in text, noise
     done = re.findall(r"Done: [^\n]*", text)
     assert len(done) == 1 and not re.search(r"\d\.\d{5,}", done[0]), done
-    run_dir = Path(home) / "runs" / "console"
     results = json.loads((run_dir / "results.json").read_text())
     started = re.search(r"started run (\d+)", text)
     assert started and results["flower-run-id"] == int(started.group(1))
     assert status(run_dir).returncode == 0
 
 
-def test_too_few_simulated_nodes_fail_at_once(superlink):  # noqa: F811
+def test_too_few_simulated_nodes_fail_at_once(superlink):
     """With node-wait-timeout = 3600 s, a server that waited for nodes could not end the run
     within flwr_run's 400 s: the run ends failed, so it did not wait (no wall-clock bound)."""
     env, home = superlink

@@ -1,54 +1,42 @@
 """End to end with the real Flower runtime: `flwr run` against a SuperLink of the test's own.
 
-The SuperLink runs on its own ports with its own FLWR_HOME (so a SuperLink a user left on the
-default port is neither used nor disturbed) and every process it started is stopped, also on
-failure.
+The SuperLink (tests/conftest.py's `superlink`, one per test run) runs on its own ports with its
+own FLWR_HOME (so a SuperLink a user left on the default port is neither used nor disturbed) and
+every process it started is stopped, also on failure. FedACG's run is conftest's
+`fedacg_flwr_run`, which test_runs_flwr.py's console test reads as well.
 """
 
 import json
-import shutil
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from experiments.superlink import CONNECTION, LocalSuperLink
+from experiments.superlink import CONNECTION
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def superlink(tmp_path_factory):
-    """A simulation SuperLink on free ports with its own FLWR_HOME; every process it started
-    (the SuperExec runs in a session of its own) is stopped at the end, also on failure."""
-    if not shutil.which("flower-superlink"):
-        pytest.skip("flwr is not installed")
-    home = tmp_path_factory.mktemp("flwr-home")
-    with LocalSuperLink(home=home) as link:
-        yield link.env, home
-
-
 @pytest.mark.parametrize("method", ["fedacg", pytest.param("gcfed", marks=pytest.mark.long)])
-def test_flwr_run_reaches_accuracy(superlink, method):
+def test_flwr_run_reaches_accuracy(superlink, method, request):
     env, home = superlink
-    if method == "fedacg":
-        run_config = (f"method='{method}' num-server-rounds=12 out-dir='{home}/runs' "
-                      f"run-name='{method}'")
+    if method == "fedacg":  # the session's run (conftest), read by the console test as well
+        out, home, _, wall = request.getfixturevalue("fedacg_flwr_run")
     else:  # the same run described by a paper-style set-up file: one command
         setup = home / "small-setup.yaml"
         setup.write_text("paper: test\nmethod: gcfed\nfederation: {num-supernodes: 10}\n"
                          "run-config: {num-server-rounds: 12}\n"
                          "reported: {columns: [acc], rows: {gcfed: [90.0]}}\n")
         run_config = f"setup='{setup}' out-dir='{home}/runs' run-name='{method}'"
-    t = time.monotonic()
-    out = subprocess.run(
-        ["flwr", "run", ".", CONNECTION, "--stream", "--federation-config", "num-supernodes=10",
-         "--run-config", run_config],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
-    )
-    wall = time.monotonic() - t
+        t = time.monotonic()
+        out = subprocess.run(
+            ["flwr", "run", ".", CONNECTION, "--stream", "--federation-config",
+             "num-supernodes=10", "--run-config", run_config],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+        )
+        wall = time.monotonic() - t
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "[round 12/12] test-acc" in out.stdout, out.stdout[-3000:]
     assert "Partitions: balanced Dirichlet split of digits" in out.stdout, out.stdout[-3000:]

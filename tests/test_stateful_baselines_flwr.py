@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from experiments.superlink import CONNECTION
-from test_simulation import superlink  # noqa: F401 - the module-scoped SuperLink fixture
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
@@ -28,7 +27,7 @@ def flwr_run(env, run_config: str) -> str:
 
 @pytest.mark.each_method
 @pytest.mark.parametrize("method", ["scaffold", "feddyn-gcfed", "feddc"])  # feddyn: the resume test
-def test_each_method_runs_through_flwr_run(superlink, method):  # noqa: F811
+def test_each_method_runs_through_flwr_run(superlink, method):
     env, home = superlink
     text = flwr_run(env, f"method='{method}' num-server-rounds=2 out-dir='{home}/runs' "
                          f"run-name='{method}'")
@@ -37,7 +36,7 @@ def test_each_method_runs_through_flwr_run(superlink, method):  # noqa: F811
 
 
 @pytest.mark.long  # the same rule in-process: tests/test_stateful_baselines.py (default run)
-def test_a_resumed_run_is_the_uninterrupted_one(superlink):  # noqa: F811
+def test_a_resumed_run_is_the_uninterrupted_one(superlink):
     env, home = superlink
     runs = f"{home}/runs"
     flwr_run(env, f"method='feddyn' num-server-rounds=4 out-dir='{runs}' run-name='whole'")
