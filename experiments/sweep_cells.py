@@ -27,6 +27,7 @@ from fileio.atomic import write_text_atomic
 from fileio.folders import folders_inside, trusted_folder
 from fileio.in_place import fresh_log
 from fileio.reading import CONFIG_FILE_LIMIT, read_json_bounded, read_tail
+from reporting.cells import cell_name as name_of
 from reporting.results_file import read_results
 from reporting.status import describe, run_state
 
@@ -235,7 +236,7 @@ def finished(cell: Cell, echo: bool) -> bool:
 
 def cell_name(cell: Cell) -> str:
     """'<setting>/<method>/<seed>' ('-' for the one unnamed setting): what --cells matches."""
-    return f"{cell.setting or '-'}/{cell.method}/{cell.seed}"
+    return name_of({"setting": cell.setting, "method": cell.method, "seed": cell.seed})
 
 
 def cells_to_run(sweep: Sweep) -> list[Cell]:
