@@ -93,7 +93,7 @@ def version_problem(version: Any) -> str | None:
     commit = version.get("commit")
     if commit is not None and not (isinstance(commit, str) and OBJECT_ID.fullmatch(commit)):
         return f"'commit' is {commit!r}, not a commit id (40 or 64 hex digits) or null"
-    if version.get("dirty") not in (None, True, False):
+    if version.get("dirty") is not None and not isinstance(version["dirty"], bool):
         return f"'dirty' is {version['dirty']!r}, not true, false or null"
     for key in ("diff-sha256", "files-sha256"):
         value = version.get(key)
