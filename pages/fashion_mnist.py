@@ -118,6 +118,10 @@ def _from_csv(sweep, path: Path, cells: str, mixed_versions: bool) -> tuple:
 
     try:
         rows, rounds, targets = read_cells_csv(path)
+    except FileNotFoundError:
+        raise PageError(f"{path} does not exist: give --from-csv a cells CSV (python -m "
+                        "pages.fashion_mnist --out-dir <the sweep's out-dir> writes "
+                        f"{CELLS_CSV.name} beside the page)") from None
     except CellsError as err:
         raise PageError(str(err)) from None
     known = {(c.setting, c.method) for c in sweep.cells}

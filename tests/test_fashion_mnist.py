@@ -370,3 +370,48 @@ def test_a_partition_is_cut_from_the_whole_split_as_datasets_selects_it(tmp_path
             assert np.allclose(x.numpy()[:, 0].astype(np.float64), want.reshape(-1, 28, 28),
                                atol=1e-5 if scaled else 0)
         assert len(got.train_y) + len(got.val_y) == len(part) and len(got.val_y) == val_n
+
+
+def test_the_page_command_writes_the_cells_csv_and_builds_the_same_table_from_it(tmp_path):
+    """python -m pages.fashion_mnist writes the page and fashion-mnist-cells.csv beside it;
+    --from-csv rebuilds the page's table from that CSV alone (the run folders removed), and
+    writes no CSV."""
+    import csv
+    import io
+    import json
+    import shutil
+
+    from experiments.sweep import load_sweep
+    from pages.fashion_mnist import SWEEP_FILE, main
+
+    sweep = load_sweep(SWEEP_FILE, out_dir=tmp_path / "out")
+    cell = next(c for c in sweep.cells if c.seed == 0 and c.method == "FedAvg")
+    cell.run_dir.mkdir(parents=True)
+    rows = [{"round": 0, "test-acc": 0.1}] + [
+        {"round": r, "test-acc": 0.6, "ema-acc": 0.6, "seconds": 1.0} for r in range(1, 201)]
+    (cell.run_dir / "results.json").write_text(json.dumps({
+        "config": cell.run_config, "status": "complete", "rounds": rows,
+        "summary": {"complete": True, "wall-seconds": 360.0},
+        "code-version": {"commit": "c" * 40, "dirty": False}}))
+    (cell.run_dir / "sweep-cell.json").write_text(json.dumps(cell.description()))
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    page = docs / "fashion-mnist.md"
+    page.write_text("# p\n\n<!-- example:fmnist-table -->\n<!-- /example:fmnist-table -->\n")
+    assert main(["--out-dir", str(tmp_path / "out"), "--docs", str(docs)]) == 0
+    written = (docs / "fashion-mnist-cells.csv").read_text()
+    (row,) = list(csv.DictReader(io.StringIO(written)))
+    assert (row["setting"], row["method"], row["seed"], row["status"], row["rounds"]) == (
+        "5of200-lda0.05", "FedAvg", "0", "complete", "200")
+    assert float(row["last10-acc"]) == pytest.approx(0.6) and row["final-test-acc"] == "0.6"
+    assert (row["rounds-to-60"], row["rounds-to-70"]) == ("1", "200+")
+    assert (row["wall-seconds"], row["code-version"]) == ("360.0", "c" * 40)
+    table = [line for line in page.read_text().splitlines() if line.startswith("| ")]
+    assert table[2] == ("| FedAvg | 60.00 | 60.00 | 59.45 ± 3.72 | 60.00 | 60.00 | 1 | 200+ "
+                        "| 0 | 1 |")
+    assert "the cells ran on code cccccccccccc" in page.read_text()
+    shutil.rmtree(tmp_path / "out")
+    assert main(["--docs", str(docs), "--from-csv"]) == 0
+    assert [line for line in page.read_text().splitlines() if line.startswith("| ")] == table
+    assert (docs / "fashion-mnist-cells.csv").read_text() == written
+    assert "fashion-mnist-cells.csv, the cells' own CSV" in page.read_text()

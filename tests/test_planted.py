@@ -544,7 +544,7 @@ PAGE_BLOCK = "# page\n\n<!-- example:fmnist-table -->\nold\n<!-- /example:fmnist
 @pytest.mark.parametrize("case", ["docs-missing", "docs-a-file", "docs-a-link", "docs-in-proc",
                                   "page-missing", "page-no-block", "no-finished-cell",
                                   "cells-match-none", "cells-match-no-finished-cell",
-                                  "unknown-flag"])
+                                  "unknown-flag", "csv-missing", "csv-bad", "mixed-versions"])
 def test_the_page_command_ends_bad_input_with_one_message(tmp_path, case):
     from experiments.sweep import load_sweep
     from pages.fashion_mnist import SWEEP_FILE
@@ -564,7 +564,10 @@ def test_the_page_command_ends_bad_input_with_one_message(tmp_path, case):
             "no-finished-cell": ["--docs", str(docs), "--out-dir", str(tmp_path / "empty")],
             "cells-match-none": ["--docs", str(docs), "--cells", "x/y/z"],
             "cells-match-no-finished-cell": ["--docs", str(docs), "--cells", "*/*/2"],
-            "unknown-flag": ["--nope"]}[case]
+            "unknown-flag": ["--nope"],
+            "csv-missing": ["--docs", str(docs), "--from-csv"],
+            "csv-bad": ["--docs", str(docs), "--from-csv", str(tmp_path / "bad.csv")],
+            "mixed-versions": ["--docs", str(docs)]}[case]
     says = {"docs-missing": r"nowhere does not exist: give --docs a folder",
             "docs-a-file": r"the docs folder .*a-file is a regular file, not a folder",
             "docs-a-link": r"the docs folder .*a-link is a link",
@@ -574,7 +577,17 @@ def test_the_page_command_ends_bad_input_with_one_message(tmp_path, case):
             "no-finished-cell": r"no finished cell in .*empty.*: run the sweep first",
             "cells-match-none": r"--cells 'x/y/z' matches none of the sweep's cells",
             "cells-match-no-finished-cell": r"no finished cell in .* matches --cells '\*/\*/2'",
-            "unknown-flag": r"unrecognized arguments: --nope"}[case]
+            "unknown-flag": r"unrecognized arguments: --nope",
+            "csv-missing": r"docs/fashion-mnist-cells.csv does not exist: give --from-csv",
+            "csv-bad": r"bad.csv line 1 is not the header of a cells file",
+            "mixed-versions": r"the cells ran on 2 code versions \(.*\).* --mixed-versions"}[case]
+    (tmp_path / "bad.csv").write_text("method,acc\nFedAvg,0.5\n")
+    if case == "mixed-versions":  # a second cell, of another commit
+        other = next(c for c in sweep.cells if c.seed == 1)
+        finish(other)
+        data = json.loads((other.run_dir / "results.json").read_text())
+        data["code-version"] = {"commit": "f" * 40, "dirty": False}
+        (other.run_dir / "results.json").write_text(json.dumps(data))
     if case == "page-no-block":
         (docs / "fashion-mnist.md").write_text("# a page without the block\n")
     if case != "no-finished-cell":
@@ -672,7 +685,7 @@ def test_the_page_writes_cells_and_note_as_text(tmp_path):
     html = render(text)
     assert "<script" not in html and "<b>" not in html and "<code>x" not in html
     assert f"--cells '{pattern}' names" in shown(html)
-    assert "; `x` | <b>y</b>\\nz." in shown(html)
+    assert "; `x` | <b>y</b>\\nz; the cells ran on" in shown(html)
 
 
 @needs_root
