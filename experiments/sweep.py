@@ -21,8 +21,8 @@ no '/'): the sweep writes inside its own folder under out-dir, never through a l
 counts a cell as done only from folders that are its own (this user's, writable by no one else;
 docs/security.md#run-folders-and-results-read-back). A file that would make more than
 --max-cells cells (default 1000) is refused before any cell is made.
-Every cell's results.json records the code it ran on ("code-version": the commit, and whether
-the checkout differed from it); the table refuses cells of different versions, naming them,
+Every cell's sweep-cell.json records the code it ran on ("code-version": the commit, and
+whether the checkout differed from it); the table refuses cells of different versions, naming them,
 unless --mixed-versions; --dry-run shows each finished cell's version. The table comes with
 cells.csv, one row per cell (reporting.cells), from which a page can rebuild it.
 """
@@ -35,10 +35,10 @@ import sys
 from fnmatch import fnmatchcase
 from pathlib import Path
 
-from reporting.code_version import short_label, version_label
+from reporting.code_version import short_label
 
-from .sweep_cells import (cell_name, cells_to_run, command, is_done, is_result, num_nodes_of,
-                          results_of, run_sweep, start_cell, sweep_folder)
+from .sweep_cells import (cell_name, cell_version, cells_to_run, command, is_done, is_result,
+                          num_nodes_of, run_sweep, start_cell, sweep_folder)
 from .sweep_file import MAX_CELLS, SWEEP_KEYS, SweepError, load_sweep, slug
 from .sweep_report import write_report
 
@@ -117,8 +117,7 @@ def _go(sweep, args) -> int:
             how = " ".join(command(cell, sweep, sweep.connection or "<own SuperLink>")) \
                 if sweep.backend == "flwr" else "in-process, %d nodes" % num_nodes_of(
                     cell.federation_config)
-            recorded = (results_of(cell.run_dir) or {}).get("code-version") if done else None
-            version = f" | code {short_label(version_label(recorded))}" if done else ""
+            version = f" | code {short_label(cell_version(cell))}" if done else ""
             print(f"{state:7s} {cell.setting or '-'} | {cell.method} | seed {cell.seed}"
                   f"{version} | {how}")
         return 0

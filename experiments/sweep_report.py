@@ -1,7 +1,7 @@
 """A sweep's table and plots from its finished cells (`write_report`): table.md, table.csv,
 cells.csv (one row per cell: `reporting.cells`) and the EMA and accuracy curves, in the sweep
-folder. A table holds cells of one code version (the "code-version" their results.json
-records) unless `mixed_versions` says otherwise.
+folder. A table holds cells of one code version (the "code-version" their sweep-cell.json
+records: `cell_version`) unless `mixed_versions` says otherwise.
 """
 
 from __future__ import annotations
@@ -10,13 +10,12 @@ from dataclasses import dataclass, field
 
 from fileio.atomic import write_text_atomic
 from reporting.cells import CELLS_CSV, cells_csv, method_runs, versions_problem
-from reporting.code_version import version_label
 from reporting.metrics import curve, run_summary
 from reporting.plots import plot_ema_curves
 from reporting.table import MethodRuns, comparison
 from run_config import acc_at_rounds, resolve, target_accs
 
-from .sweep_cells import is_result, results_of, sweep_folder, trusted_cell
+from .sweep_cells import cell_version, is_result, results_of, sweep_folder, trusted_cell
 from .sweep_file import Sweep, SweepError, slug
 
 
@@ -62,7 +61,7 @@ def write_report(sweep: Sweep, mixed_versions: bool = False) -> Report:
         summary["wall-seconds"] = (results.get("summary") or {}).get("wall-seconds")
         cells.append({"setting": cell.setting, "method": cell.method, "seed": cell.seed,
                       "summary": summary,
-                      "code-version": version_label(results.get("code-version"))})
+                      "code-version": cell_version(cell)})
         for key in ("ema-acc", "test-acc"):
             curves.setdefault(key, {}).setdefault(cell.setting, {}).setdefault(
                 cell.method, []).append(curve(results.get("rounds", []), key))

@@ -391,9 +391,9 @@ def test_the_page_command_writes_the_cells_csv_and_builds_the_same_table_from_it
         {"round": r, "test-acc": 0.6, "ema-acc": 0.6, "seconds": 1.0} for r in range(1, 201)]
     (cell.run_dir / "results.json").write_text(json.dumps({
         "config": cell.run_config, "status": "complete", "rounds": rows,
-        "summary": {"complete": True, "wall-seconds": 360.0},
-        "code-version": {"commit": "c" * 40, "dirty": False}}))
-    (cell.run_dir / "sweep-cell.json").write_text(json.dumps(cell.description()))
+        "summary": {"complete": True, "wall-seconds": 360.0}}))
+    (cell.run_dir / "sweep-cell.json").write_text(json.dumps(
+        cell.description() | {"code-version": {"commit": "c" * 40, "dirty": False}}))
     docs = tmp_path / "docs"
     docs.mkdir()
     page = docs / "fashion-mnist.md"

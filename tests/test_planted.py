@@ -585,9 +585,9 @@ def test_the_page_command_ends_bad_input_with_one_message(tmp_path, case):
     if case == "mixed-versions":  # a second cell, of another commit
         other = next(c for c in sweep.cells if c.seed == 1)
         finish(other)
-        data = json.loads((other.run_dir / "results.json").read_text())
+        data = json.loads((other.run_dir / "sweep-cell.json").read_text())
         data["code-version"] = {"commit": "f" * 40, "dirty": False}
-        (other.run_dir / "results.json").write_text(json.dumps(data))
+        (other.run_dir / "sweep-cell.json").write_text(json.dumps(data))
     if case == "page-no-block":
         (docs / "fashion-mnist.md").write_text("# a page without the block\n")
     if case != "no-finished-cell":

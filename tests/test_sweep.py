@@ -431,6 +431,9 @@ def test_one_cell_run_twice_on_one_thread_gives_the_same_numbers(tmp_path, capsy
     assert len(first["rounds"]) == 4 and first["rounds"][3]["test-acc"] > 0
     assert first == again
     assert runs[0]["code-version"] == runs[1]["code-version"]
+    recorded = json.loads((tmp_path / "out" / "first" / "runs" / "FedACG" / "seed-0"
+                           / "sweep-cell.json").read_text())["code-version"]
+    assert recorded["commit"] == runs[0]["code-version"]["commit"]  # (the checkout, both)
     with open(tmp_path / "out" / "first" / "cells.csv") as f:
         (row,) = list(csv.DictReader(f))
     accs = [r["test-acc"] for r in runs[0]["rounds"] if r["round"] in (1, 2, 3)]
@@ -440,8 +443,8 @@ def test_one_cell_run_twice_on_one_thread_gives_the_same_numbers(tmp_path, capsy
 
 
 def finish_cell(cell, accs, version=None, diverged=False):
-    """A finished cell as a run leaves it: results.json with a row per accuracy (EMA as the
-    run computes it) and the `code-version` given; sweep-cell.json."""
+    """A finished cell as a sweep leaves it: results.json with a row per accuracy (EMA as the
+    run computes it); sweep-cell.json with the `code-version` given (none: an older sweep's)."""
     cell.run_dir.mkdir(parents=True, exist_ok=True)
     rows, ema = [{"round": 0, "test-acc": 0.1}], None
     for r, acc in enumerate(accs, 1):
@@ -451,10 +454,9 @@ def finish_cell(cell, accs, version=None, diverged=False):
     results = {"config": cell.run_config, "status": "failed" if diverged else "complete",
                "failure": "diverged" if diverged else None,
                "summary": {"complete": not diverged, "wall-seconds": 60.0}, "rounds": rows}
-    if version is not None:
-        results["code-version"] = version
     (cell.run_dir / "results.json").write_text(json.dumps(results))
-    (cell.run_dir / "sweep-cell.json").write_text(json.dumps(cell.description()))
+    record = cell.description() | ({} if version is None else {"code-version": version})
+    (cell.run_dir / "sweep-cell.json").write_text(json.dumps(record))
 
 
 def commit(hex_digit, dirty=False):
@@ -475,7 +477,8 @@ def test_cells_of_different_code_versions_are_refused_unless_told(tmp_path, caps
     """The table of cells that ran on two commits (or a commit and a dirty checkout of it, or
     an older app's cells that recorded none) is refused with one message naming each version
     and its cells and the fix, and nothing is written; --mixed-versions tabulates them.
-    --dry-run shows each finished cell's version."""
+    --dry-run shows each finished cell's version. Every such cell counts as done (a resume
+    runs none of them); one whose recorded version is no version (planted, damaged) does not."""
     from experiments.sweep import main
 
     grid, sweep = two_cell_sweep(tmp_path)
@@ -505,6 +508,9 @@ def test_cells_of_different_code_versions_are_refused_unless_told(tmp_path, caps
     lines = capsys.readouterr().out.splitlines()
     assert [re.search(r"\| code (\S+) \|", line).group(1) for line in lines] == [
         "aaaaaaaaaaaa", "bbbbbbbbbbbb", "aaaaaaaaaaaa+dirty.eeeeeeeeeeeeeeee", "unknown"]
+    assert cells_to_run(sweep) == []
+    finish_cell(sweep.cells[1], accs, {"commit": "HEAD", "dirty": False})
+    assert cells_to_run(sweep) == [sweep.cells[1]]
 
 
 def test_the_table_built_from_cells_csv_is_the_table_built_from_the_run_folders(tmp_path):
