@@ -11,7 +11,9 @@
   refused folder, a timeout: `dirty` is null (unknown), never a failed run.
 * Elsewhere (the FAB a SuperLink installed): `files-sha256`, the SHA-256 of the app's `.py`
   and `.toml` files (their paths and bytes, in order; hidden folders and `__pycache__`
-  skipped, no link followed), bounded in files and bytes (null past the bounds).
+  skipped, no link followed), bounded in files and bytes (null past the bounds), only in an
+  app's folder (one holding pyproject.toml, as a checkout and a FAB do; not site-packages,
+  where a non-editable install puts this app's packages among every other).
 
 `version_label` is the one text of a version: the commit, `<commit>+dirty.<16 hex>`,
 `<commit>+dirty?` (git could not say), `files.<16 hex>`, or `unknown` (nothing recorded: a run
@@ -54,8 +56,8 @@ def code_version(folder: Path = APP_ROOT) -> dict[str, Any]:
     git_dir = _git_dir(folder)
     out["commit"] = _head_commit(git_dir) if git_dir else None
     if out["commit"]:
-        out["dirty"], out["diff-sha256"] = _diff(folder)
-    else:
+        out["dirty"], out["diff-sha256"] = _diff(folder, git_dir)
+    elif (folder / "pyproject.toml").is_file():
         out["files-sha256"] = files_sha256(folder)
     return out
 
@@ -129,6 +131,14 @@ def _git_dir(folder: Path) -> Path | None:
     return target if target.is_absolute() else folder / target
 
 
+def _common_dir(git_dir: Path) -> Path:
+    """The git folder of the refs and config: a worktree's `commondir`, else `git_dir`."""
+    pointer = _read_small(git_dir / "commondir")
+    if not pointer:
+        return git_dir
+    return Path(pointer) if Path(pointer).is_absolute() else git_dir / pointer
+
+
 def _head_commit(git_dir: Path) -> str | None:
     """The commit HEAD names: detached, a loose ref, or a line of packed-refs (in the common
     git folder for a worktree); None when none of them says."""
@@ -142,10 +152,7 @@ def _head_commit(git_dir: Path) -> str | None:
     ref = head[len("ref:"):].strip()
     if not REF_NAME.fullmatch(ref) or ".." in ref.split("/") or "//" in ref:
         return None
-    common = git_dir
-    pointer = _read_small(git_dir / "commondir")
-    if pointer:
-        common = Path(pointer) if Path(pointer).is_absolute() else git_dir / pointer
+    common = _common_dir(git_dir)
     for where in dict.fromkeys((git_dir, common)):
         loose = _read_small(where / ref)
         if loose and OBJECT_ID.fullmatch(loose):
@@ -158,16 +165,18 @@ def _head_commit(git_dir: Path) -> str | None:
     return None
 
 
-def _diff(folder: Path) -> tuple[bool | None, str | None]:
+def _diff(folder: Path, git_dir: Path) -> tuple[bool | None, str | None]:
     """(dirty, diff-sha256) from `git diff HEAD` in `folder`; (None, None) where git is missing,
-    the folder is not this user's own, git fails or takes longer than GIT_TIMEOUT."""
+    the folder or its git folders (whose config git reads) are not this user's own, git fails
+    or takes longer than GIT_TIMEOUT."""
     from fileio.folders import trusted_folder
 
     git = shutil.which("git")
     if git is None:
         return None, None
     try:
-        trusted_folder(folder, "the app's folder", make=False, warn=lambda text: None)
+        for where in dict.fromkeys((folder, git_dir, _common_dir(git_dir))):
+            trusted_folder(where, "a git folder", make=False, warn=lambda text: None)
     except OSError:
         return None, None
     cmd = [git, "-C", str(folder), "-c", "core.fsmonitor=false", "diff", "HEAD",

@@ -156,16 +156,20 @@ A40, B40 = "a1" * 20, "b2" * 20
 @pytest.mark.parametrize("case, commit", [
     ("loose-ref", A40), ("packed-ref", B40), ("loose-over-packed", A40), ("detached", B40),
     ("worktree", A40), ("ref-out-of-git", None), ("ref-not-a-commit", None),
-    ("dot-git-a-link", None), ("head-a-link", None), ("no-git", None)])
+    ("dot-git-a-link", None), ("head-a-link", None), ("no-git", None),
+    ("no-git-no-pyproject", None)])
 def test_the_commit_is_read_from_dot_git_without_running_git(tmp_path, case, commit):
     """reporting.code_version reads HEAD, the loose ref or packed-refs itself (and a worktree's
     `.git` file and commondir); a ref outside refs/, a value that is no commit id or a link is
-    no commit, and the files are hashed instead."""
+    no commit, and the files are hashed instead (in an app's folder: one with pyproject.toml;
+    elsewhere, site-packages, nothing is known)."""
     from reporting.code_version import code_version
 
     app = tmp_path / "app"
     app.mkdir()
     (app / "a.py").write_text("x = 1\n")
+    if case != "no-git-no-pyproject":
+        (app / "pyproject.toml").write_text("[project]\n")
     packed = f"# pack-refs with: peeled\n{B40} refs/heads/main\n"
     if case == "loose-ref":
         fake_git(app, "ref: refs/heads/main", {"refs/heads/main": A40})
@@ -196,7 +200,7 @@ def test_the_commit_is_read_from_dot_git_without_running_git(tmp_path, case, com
         os.symlink(tmp_path / "head", git_dir / "HEAD")
     version = code_version(app)
     assert version["commit"] == commit
-    if commit:
+    if commit or case == "no-git-no-pyproject":
         assert version["dirty"] is None and version["files-sha256"] is None  # (git cannot say)
     else:
         assert version["dirty"] is None and len(version["files-sha256"]) == 64
@@ -217,7 +221,8 @@ def test_a_missing_git_leaves_dirty_unknown_and_fails_nothing(tmp_path, monkeypa
 
 def test_a_real_checkout_is_dirty_exactly_while_a_tracked_file_differs(tmp_path):
     """In a git repository made here: clean after the commit; dirty, with one hash per change,
-    while a tracked file differs; an untracked file does not count; clean again when undone."""
+    while a tracked file differs; an untracked file does not count; clean again when undone;
+    unknown when every user may write the folder (git is then not run there)."""
     import shutil
     import subprocess
 
@@ -248,6 +253,12 @@ def test_a_real_checkout_is_dirty_exactly_while_a_tracked_file_differs(tmp_path)
     assert len(two["diff-sha256"]) == 64 and two["diff-sha256"] != three["diff-sha256"]
     (app / "a.py").write_text("x = 1\n")
     assert code_version(app)["dirty"] is False
+    os.chmod(app, 0o777)  # anyone could plant a config that git would run: git is not run
+    try:
+        assert code_version(app) == {"commit": head, "dirty": None, "diff-sha256": None,
+                                     "files-sha256": None}
+    finally:
+        os.chmod(app, 0o755)
 
 
 def test_the_files_hash_covers_the_apps_py_and_toml_files_and_follows_no_link(tmp_path):
