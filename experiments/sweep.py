@@ -21,6 +21,10 @@ no '/'): the sweep writes inside its own folder under out-dir, never through a l
 counts a cell as done only from folders that are its own (this user's, writable by no one else;
 docs/security.md#run-folders-and-results-read-back). A file that would make more than
 --max-cells cells (default 1000) is refused before any cell is made.
+Every cell's sweep-cell.json records the code it ran on ("code-version": the commit, and
+whether the checkout differed from it); the table refuses cells of different versions, naming them,
+unless --mixed-versions; --dry-run shows each finished cell's version. The table comes with
+cells.csv, one row per cell (reporting.cells), from which a page can rebuild it.
 """
 
 from __future__ import annotations
@@ -31,8 +35,10 @@ import sys
 from fnmatch import fnmatchcase
 from pathlib import Path
 
-from .sweep_cells import (cell_name, cells_to_run, command, is_done, is_result, num_nodes_of,
-                          run_sweep, start_cell, sweep_folder)
+from reporting.code_version import short_label
+
+from .sweep_cells import (cell_name, cell_version, cells_to_run, command, is_done, is_result,
+                          num_nodes_of, run_sweep, start_cell, sweep_folder)
 from .sweep_file import MAX_CELLS, SWEEP_KEYS, SweepError, load_sweep, slug
 from .sweep_report import write_report
 
@@ -64,6 +70,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="in-process cells run side by side, each in a process of its own "
                              "with cpu-count / jobs threads (default 1: in turn, in this "
                              "process); a cell's round lines then go to its log only")
+    parser.add_argument("--mixed-versions", action="store_true",
+                        help="tabulate finished cells that ran on different code versions "
+                             "(refused by default: the message names the versions and cells)")
     parser.add_argument("--max-cells", type=int, default=MAX_CELLS,
                         help=f"refuse a sweep file that makes more cells than this (default "
                              f"{MAX_CELLS}; counted before any cell is made)")
@@ -103,11 +112,14 @@ def _go(sweep, args) -> int:
     """The listing, the runs and the table, on a sweep whose folders were checked."""
     if args.dry_run:
         for cell in sweep.cells:
-            state = "done" if is_done(cell) else "to run"
+            done = is_done(cell)
+            state = "done" if done else "to run"
             how = " ".join(command(cell, sweep, sweep.connection or "<own SuperLink>")) \
                 if sweep.backend == "flwr" else "in-process, %d nodes" % num_nodes_of(
                     cell.federation_config)
-            print(f"{state:7s} {cell.setting or '-'} | {cell.method} | seed {cell.seed} | {how}")
+            version = f" | code {short_label(cell_version(cell))}" if done else ""
+            print(f"{state:7s} {cell.setting or '-'} | {cell.method} | seed {cell.seed}"
+                  f"{version} | {how}")
         return 0
     if not args.table_only:
         if sweep.backend == "flwr" and not shutil.which("flwr"):
@@ -124,13 +136,13 @@ def _go(sweep, args) -> int:
                                    else "") + "; run the same command to resume", file=sys.stderr)
             return 130
     try:
-        md = write_report(sweep).md
+        md = write_report(sweep, mixed_versions=args.mixed_versions).md
     except SweepError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     print(md)
     plots = sorted(sweep.dir.glob("ema*.png")) + sorted(sweep.dir.glob("acc*.png"))
-    print(f"table: {sweep.dir / 'table.md'} and table.csv; per run: runs.csv; plots: "
+    print(f"table: {sweep.dir / 'table.md'} and table.csv; per cell: cells.csv; plots: "
           f"{', '.join(p.name for p in plots)}")
     if sweep.failed:
         print(f"{len(sweep.failed)} cell(s) failed: " + ", ".join(

@@ -27,6 +27,8 @@ from fileio.atomic import write_text_atomic
 from fileio.folders import folders_inside, trusted_folder
 from fileio.in_place import fresh_log
 from fileio.reading import CONFIG_FILE_LIMIT, read_json_bounded, read_tail
+from reporting.cells import cell_name as name_of
+from reporting.code_version import APP_ROOT, code_version, version_label, version_problem
 from reporting.results_file import read_results
 from reporting.status import describe, run_state
 
@@ -80,16 +82,37 @@ def trusted_cell(cell: Cell) -> bool:
         return False
 
 
+def made_from(cell: Cell) -> dict[str, Any] | None:
+    """The cell's sweep-cell.json: the description it was run from and, as "code-version", the
+    code it ran on (reporting.code_version; absent in a cell of an older sweep); None when
+    there is none, it cannot be read or its code-version is no version."""
+    try:
+        record = read_json_bounded(cell.run_dir / "sweep-cell.json", CONFIG_FILE_LIMIT)
+    except OSError:
+        return None
+    if not isinstance(record, dict) or (record.get("code-version") is not None
+                                        and version_problem(record["code-version"])):
+        return None
+    return record
+
+
+def cell_version(cell: Cell) -> str:
+    """The label of the code a finished cell ran on (`version_label`; 'unknown' when its
+    sweep-cell.json records none)."""
+    return version_label((made_from(cell) or {}).get("code-version"))
+
+
 def is_done(cell: Cell) -> bool:
     """A result (`is_result`) made from this very cell description, in folders that are the
-    sweep's own (`trusted_cell`)."""
+    sweep's own (`trusted_cell`). The code it ran on does not matter here: the table refuses
+    cells of different code (experiments.sweep_report)."""
     if not trusted_cell(cell) or not is_result(cell.run_dir):
         return False
-    try:
-        made_from = read_json_bounded(cell.run_dir / "sweep-cell.json", CONFIG_FILE_LIMIT)
-    except OSError:
+    record = made_from(cell)
+    if record is None:
         return False
-    return made_from == json.loads(json.dumps(cell.description()))
+    record = {k: v for k, v in record.items() if k != "code-version"}
+    return record == json.loads(json.dumps(cell.description()))
 
 
 def sweep_folder(sweep: Sweep, *names: str, make: bool = True) -> Path:
@@ -100,14 +123,17 @@ def sweep_folder(sweep: Sweep, *names: str, make: bool = True) -> Path:
     return folders_inside(sweep.dir.parent, sweep.dir.name, *names, make=make)
 
 
-def start_cell(cell: Cell, sweep: Sweep) -> None:
+def start_cell(cell: Cell, sweep: Sweep) -> dict[str, Any]:
     """The cell's folder made, its stale results removed, its run-config.toml written (it also
-    serves `flwr run`)."""
+    serves `flwr run`); returns the version of the code the cell runs on, as it starts
+    (reporting.code_version: of the app folder `flwr run` builds its FAB from, or of the code
+    this process imported for the in-process backend)."""
     sweep_folder(sweep, *cell.run_dir.relative_to(sweep.dir).parts)
     for stale in ("results.json", "sweep-cell.json"):
         (cell.run_dir / stale).unlink(missing_ok=True)
     write_text_atomic(cell.run_dir / "run-config.toml",
                       "".join(f"{k} = {toml_value(v)}\n" for k, v in cell.run_config.items()))
+    return code_version(sweep.app if sweep.backend == "flwr" else APP_ROOT)
 
 
 def command(cell: Cell, sweep: Sweep, connection: str) -> list[str]:
@@ -121,7 +147,7 @@ def command(cell: Cell, sweep: Sweep, connection: str) -> list[str]:
 
 def run_cell(cell: Cell, sweep: Sweep, connection: str, env: dict[str, str], echo: bool) -> bool:
     """Run one cell with `flwr run`; True when it left a complete results.json."""
-    start_cell(cell, sweep)
+    version = start_cell(cell, sweep)
     cmd = command(cell, sweep, connection)
     run_id = None
     with fresh_log(cell.run_dir / LOGS["flwr"]) as log:
@@ -147,7 +173,7 @@ def run_cell(cell: Cell, sweep: Sweep, connection: str, env: dict[str, str], ech
                     subprocess.run(["flwr", "stop", run_id, connection], cwd=sweep.app, env=env,
                                    capture_output=True, timeout=60)
             proc.wait()
-    return finished(cell, echo)
+    return finished(cell, echo, version)
 
 
 def num_nodes_of(federation_config: dict[str, Any]) -> int:
@@ -178,7 +204,7 @@ def run_cell_in_process(cell: Cell, sweep: Sweep, echo: bool) -> bool:
     the console with `echo`); the run-config.toml it writes also serves `flwr run`."""
     from inprocess import run_in_process
 
-    start_cell(cell, sweep)
+    version = start_cell(cell, sweep)
     logger = logging.getLogger("flwr")
     saved = logger.handlers[:], logger.level
     with fresh_log(cell.run_dir / LOGS["in-process"]) as log_file:
@@ -207,16 +233,17 @@ def run_cell_in_process(cell: Cell, sweep: Sweep, echo: bool) -> bool:
                 signal.signal(signal.SIGALRM, previous)
             logger.handlers = saved[0]
             logger.setLevel(saved[1])
-    return finished(cell, echo)
+    return finished(cell, echo, version)
 
 
-def finished(cell: Cell, echo: bool) -> bool:
+def finished(cell: Cell, echo: bool, version: dict[str, Any] | None = None) -> bool:
     """True when the cell's run folder holds a result (`is_result`; then sweep-cell.json is
-    written); else, with `echo`, print what results.json says and the end of the log."""
+    written: its description and `version`, the code it ran on); else, with `echo`, print what
+    results.json says and the end of the log."""
     state = run_state(cell.run_dir)  # `flwr run` exits 0 also when the run failed
     if is_result(cell.run_dir):
-        write_text_atomic(cell.run_dir / "sweep-cell.json",
-                          json.dumps(cell.description(), indent=2))
+        write_text_atomic(cell.run_dir / "sweep-cell.json", json.dumps(
+            {**cell.description(), "code-version": version}, indent=2))
         if state["state"] != "complete" and echo:
             print("    diverged (a result: the table writes it as failed): "
                   + describe(state), flush=True)
@@ -235,7 +262,7 @@ def finished(cell: Cell, echo: bool) -> bool:
 
 def cell_name(cell: Cell) -> str:
     """'<setting>/<method>/<seed>' ('-' for the one unnamed setting): what --cells matches."""
-    return f"{cell.setting or '-'}/{cell.method}/{cell.seed}"
+    return name_of({"setting": cell.setting, "method": cell.method, "seed": cell.seed})
 
 
 def cells_to_run(sweep: Sweep) -> list[Cell]:

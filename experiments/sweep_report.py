@@ -1,18 +1,21 @@
 """A sweep's table and plots from its finished cells (`write_report`): table.md, table.csv,
-runs.csv and the EMA and accuracy curves, in the sweep folder.
+cells.csv (one row per cell: `reporting.cells`) and the EMA and accuracy curves, in the sweep
+folder. A table holds cells of one code version (the "code-version" their sweep-cell.json
+records: `cell_version`) unless `mixed_versions` says otherwise.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from fileio.atomic import write_text_atomic
+from reporting.cells import CELLS_CSV, cells_csv, method_runs, versions_problem
 from reporting.metrics import curve, run_summary
 from reporting.plots import plot_ema_curves
-from reporting.table import MethodRuns, comparison, runs_csv
+from reporting.table import MethodRuns, comparison
 from run_config import acc_at_rounds, resolve, target_accs
 
-from .sweep_cells import is_result, results_of, sweep_folder, trusted_cell
+from .sweep_cells import cell_version, is_result, results_of, sweep_folder, trusted_cell
 from .sweep_file import Sweep, SweepError, slug
 
 
@@ -25,11 +28,20 @@ class Report:
     acc_at_rounds: list[int]
     target_accs: list[float]
     md: str
+    cells: list[dict] = field(default_factory=list)  # reporting.cells' cells, in table order
+    versions: list[str] = field(default_factory=list)  # their code versions, most cells first
 
 
-def write_report(sweep: Sweep) -> Report:
-    """table.md, table.csv, runs.csv, ema*.png and acc*.png in the sweep folder, from the
-    finished cells (`is_result`) whose folders are the sweep's own (`trusted_cell`)."""
+MIXED_FIX = ("Run the cells of the other version(s) again on one code (python -m "
+             "experiments.sweep <sweep file> --cells PATTERN), or tabulate them anyway with "
+             "--mixed-versions")
+
+
+def write_report(sweep: Sweep, mixed_versions: bool = False) -> Report:
+    """table.md, table.csv, cells.csv, ema*.png and acc*.png in the sweep folder, from the
+    finished cells (`is_result`) whose folders are the sweep's own (`trusted_cell`);
+    SweepError naming the versions and cells when they ran on different code, unless
+    `mixed_versions`."""
     done = [(c, results_of(c.run_dir)) for c in sweep.cells if trusted_cell(c)]
     done = [(c, r) for c, r in done if r and is_result(c.run_dir)]
     if not done:
@@ -37,29 +49,31 @@ def write_report(sweep: Sweep) -> Report:
     first_cfg = resolve(done[0][0].run_config)  # (the cell's own config: checked at load)
     rounds = sweep.acc_at_rounds or acc_at_rounds(first_cfg)
     targets = sweep.target_accs or target_accs(first_cfg)
-    by_row: dict[tuple[str, str], MethodRuns] = {}
+    order = {(s, m): i for i, (s, m) in enumerate(
+        (s, m) for s in sweep.settings for m in sweep.methods)}
+    done.sort(key=lambda cr: order[cr[0].setting, cr[0].method])  # (stable: seeds in order)
     cells, curves = [], {}
-    for setting in sweep.settings:
-        for method in sweep.methods:
-            by_row[setting, method] = MethodRuns(method, setting=setting)
     for cell, results in done:
         summary = run_summary(results.get("rounds", []), acc_at_rounds=rounds,
                               target_accs=targets,
                               total_rounds=resolve(cell.run_config)["num-server-rounds"])
         summary["diverged"] = results.get("status") != "complete"
         summary["wall-seconds"] = (results.get("summary") or {}).get("wall-seconds")
-        by_row[cell.setting, cell.method].summaries.append(summary)
         cells.append({"setting": cell.setting, "method": cell.method, "seed": cell.seed,
-                      "summary": summary, "run-dir": str(cell.run_dir)})
+                      "summary": summary,
+                      "code-version": cell_version(cell)})
         for key in ("ema-acc", "test-acc"):
             curves.setdefault(key, {}).setdefault(cell.setting, {}).setdefault(
                 cell.method, []).append(curve(results.get("rounds", []), key))
-    rows = [m for m in by_row.values() if m.summaries]
+    mixed = versions_problem(cells, MIXED_FIX)
+    if mixed and not mixed_versions:
+        raise SweepError(f"{sweep.dir}: {mixed}")
+    rows: list[MethodRuns] = method_runs(cells)
     md, csv_text = comparison(rows, rounds, targets)
     sweep_folder(sweep)
     write_text_atomic(sweep.dir / "table.md", md)
     write_text_atomic(sweep.dir / "table.csv", csv_text)
-    write_text_atomic(sweep.dir / "runs.csv", runs_csv(cells, rounds, targets))
+    write_text_atomic(sweep.dir / CELLS_CSV, cells_csv(cells, rounds, targets))
 
     for key, what, stem in (("ema-acc", "EMA test accuracy", "ema"),
                             ("test-acc", "test accuracy", "acc")):
@@ -68,4 +82,8 @@ def write_report(sweep: Sweep) -> Report:
             plot_ema_curves(per_method, sweep.dir / name, title=f"{sweep.dir.name}"
                             + (f" / {setting}" if setting else "") + f": {what}",
                             target_accs=targets, ylabel=f"{what[0].upper()}{what[1:]} (%)")
-    return Report(rows, list(rounds), list(targets), md)
+    counts: dict[str, int] = {}
+    for c in cells:
+        counts[c["code-version"]] = counts.get(c["code-version"], 0) + 1
+    return Report(rows, list(rounds), list(targets), md, cells,
+                  sorted(counts, key=lambda v: -counts[v]))

@@ -129,7 +129,7 @@ def sweep_table(note: str, lock: Path | None = None, fresh: bool = False,
     goes on where it was; `fresh` starts over); copy its plot; return the README block.
     `lock`: hold this file (flock) only while a cell runs, so that other heavy jobs on a shared
     machine can run between cells. `run = False`: tabulate the finished cells only."""
-    from experiments.sweep import is_done, load_sweep, run_sweep, write_report
+    from experiments.sweep import SweepError, is_done, load_sweep, run_sweep, write_report
     from reporting.results_file import read_results
 
     out = MEASURED / "sweep"
@@ -147,7 +147,11 @@ def sweep_table(note: str, lock: Path | None = None, fresh: bool = False,
                   for c in finished)
     if sweep.failed:
         raise SystemExit(f"{len(sweep.failed)} sweep cell(s) failed; see {sweep.dir}")
-    table = write_report(sweep).md
+    try:
+        table = write_report(sweep).md
+    except SweepError as err:  # cells of different code versions
+        raise SystemExit(f"error: {err} (here: --fresh runs every cell again on this code)"
+                         ) from None
     partial = "" if len(finished) == len(sweep.cells) else \
         f"; {len(finished)} of its {len(sweep.cells)} runs had finished (see the Seeds column)"
     copy_plot(sweep.dir / "ema.png", ROOT / "docs" / "sweep-digits-ema.png")

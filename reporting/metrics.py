@@ -3,7 +3,9 @@
 docs/algorithms.md#reporting: EMA_t = 0.9 * EMA_{t-1} + 0.1 * acc_t, starting at the first
 accuracy measured after training (round 0, the initial model, is not part of it). "Accuracy at
 round R" and "rounds to reach X%" are read off the EMA; a run that never reaches X% within its
-T rounds reports "T+".
+T rounds reports "T+". "last10-acc" is the mean of the run's metric over its last
+LAST_ROUNDS rounds (those evaluated): the number one rerun of a cell is compared with, which
+the last round's accuracy alone, one draw of a noisy curve, is not.
 
 Rows are dicts with a "round" key and, on evaluated rounds, "test-acc" (the server's test set)
 and/or "fed-acc" (federated evaluation on the clients' held-out data) and "ema-acc", the EMA of
@@ -17,6 +19,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 EMA_FACTOR = 0.9
+LAST_ROUNDS = 10
 
 
 def ema_update(ema: float | None, acc: float, factor: float = EMA_FACTOR) -> float:
@@ -55,6 +58,18 @@ def value_at_round(rounds: Sequence[int], values: Sequence[float], at: int) -> f
     return last
 
 
+def mean_of_last(rows: Sequence[dict[str, Any]], key: str,
+                 last: int = LAST_ROUNDS) -> float | None:
+    """The mean of `key` over the rows of the last `last` rounds that hold it (rounds after
+    round 0 above the run's last round - `last`); None when none does."""
+    trained = [r["round"] for r in rows if r["round"] > 0]
+    if not trained:
+        return None
+    values = [r[key] for r in rows if r["round"] > max(0, trained[-1] - last)
+              and r.get(key) is not None]
+    return sum(values) / len(values) if values else None
+
+
 def not_reached(total_rounds: int) -> str:
     """How the papers write "not reached within T rounds"."""
     return f"{total_rounds}+"
@@ -91,6 +106,7 @@ def run_summary(rows: Sequence[dict[str, Any]], *, acc_at_rounds: Sequence[int],
         "metric": metric,
         "final-test-acc": last("test-acc").get("test-acc"),
         "final-ema-acc": last(metric).get("ema-acc"),
+        "last10-acc": mean_of_last(rows, metric),
         "final-test-loss": last("test-acc").get("test-loss"),
         "acc-at-round": {round_key(r): value_at_round(rounds, ema, r) for r in acc_at_rounds},
         "rounds-to-acc": {round_key(t): rounds_to_target(rounds, ema, t, total_rounds)

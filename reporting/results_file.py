@@ -18,6 +18,8 @@ from typing import Any
 from fileio.errors import UnusableFile
 from fileio.reading import read_json_bounded
 
+from .code_version import version_problem
+
 RESULTS = "results.json"
 # 256 MiB: a row is about 1 KB, so over 200,000 rounds; the papers' longest runs have 2,000
 RESULTS_LIMIT = 256 * 2**20
@@ -55,7 +57,7 @@ def _is_number(value: Any) -> bool:
 # server_math/records.py), so a name must never make a run's own results.json unreadable.
 ACC_ROUNDING = 1e-12  # an average of accuracies of 1 may round to 1 + 2e-16; 1.0000001 is none
 FRACTION_KEYS = frozenset({"test-acc", "ema-acc", "fed-acc", "train-acc", "final-test-acc",
-                           "final-ema-acc", "final-fed-acc"})
+                           "final-ema-acc", "final-fed-acc", "last10-acc"})
 SECONDS_KEYS = frozenset({"seconds", "eval-seconds", "train-seconds", "wall-seconds"})
 COUNT_KEYS = re.compile(r"^(round|rounds|(eval-)?clients-(sampled|replied|failed)|"
                         r"(eval-)?bytes-(down|up)(-total)?|bytes-total)$")
@@ -140,6 +142,10 @@ def results_problem(data: Any) -> str | None:
     for key in ("error", "run-uid", "started-at", "ended-at"):
         if data.get(key) is not None and not isinstance(data[key], str):
             return f"'{key}' is {data[key]!r}, not a string"
+    if data.get("code-version") is not None:
+        why = version_problem(data["code-version"])
+        if why:
+            return f"'code-version' {why}"
     if data.get("failure") not in (None, *FAILURES):
         return f"'failure' is {data.get('failure')!r}, not one of {', '.join(FAILURES)}"
     if data.get("flower-run-id") is not None and not _is_int(data["flower-run-id"]):

@@ -1,6 +1,8 @@
 """The papers' comparison table: one row per method, mean +- std over seeds, as Markdown and CSV.
 
-Columns: Final acc. (the test accuracy of the last round, %, as GC-Fed's tables report it), Acc.
+Columns: Last 10R (the mean accuracy of the last 10 rounds, %: the number one rerun of a cell
+can be compared with, which a single round's accuracy is not; `reporting.metrics`), Final acc.
+(the test accuracy of the last round, %, as GC-Fed's tables report it), Acc.
 at R1, Acc. at R2 (EMA test accuracy, %), rounds to X%, rounds to Y% (first round whose EMA
 reaches the target), MB sent per round (down + up), number of seeds.
 A seed whose training diverged (its summary says `diverged`) is a result, never dropped: the
@@ -55,12 +57,13 @@ def format_acc(values: Sequence[float | None]) -> str:
     return text if len(have) == len(values) else f"{text} ({len(have)}/{len(values)})"
 
 
-def format_final(summaries: Sequence[dict[str, Any]]) -> str:
-    """The last round's test accuracy over seeds, diverged seeds named (module docstring)."""
+def format_final(summaries: Sequence[dict[str, Any]], key: str = "final-test-acc") -> str:
+    """The last round's test accuracy (or another accuracy `key` of the summaries) over seeds,
+    diverged seeds named (module docstring)."""
     failed = sum(1 for x in summaries if x.get("diverged"))
     if failed == len(summaries):
         return f"Failed ({failed}/{failed})"
-    text = format_acc([x.get("final-test-acc") for x in summaries if not x.get("diverged")])
+    text = format_acc([x.get(key) for x in summaries if not x.get("diverged")])
     return text + (f" ({failed}/{len(summaries)} failed)" if failed else "")
 
 
@@ -77,7 +80,8 @@ def format_rounds(values: Sequence[int | str], total_rounds: int) -> str:
 
 
 def header(acc_at_rounds: Sequence[int], target_accs: Sequence[float]) -> list[str]:
-    return (["Method", "Final acc. (%)"] + [f"Acc. at {r}R (%)" for r in acc_at_rounds]
+    return (["Method", "Last 10R (%)", "Final acc. (%)"]
+            + [f"Acc. at {r}R (%)" for r in acc_at_rounds]
             + [f"Rounds to {round_key(t)}%" for t in target_accs] + ["MB per round", "Seeds"])
 
 
@@ -87,7 +91,7 @@ def table_rows(runs: Sequence[MethodRuns], acc_at_rounds: Sequence[int],
     for m in runs:
         s = m.summaries
         total = max((x["rounds"] for x in s), default=0)
-        cells = [m.method, format_final(s)]
+        cells = [m.method, format_final(s, "last10-acc"), format_final(s)]
         cells += [format_acc([x["acc-at-round"].get(round_key(r)) for x in s])
                   for r in acc_at_rounds]
         cells += [format_rounds([x["rounds-to-acc"][round_key(t)] for x in s], total)
@@ -155,23 +159,3 @@ def comparison(runs: Sequence[MethodRuns], acc_at_rounds: Sequence[int],
         csv_rows += [[setting] + r if with_setting else r for r in rows]
     csv_head = ["Setting"] + head if with_setting else head
     return "\n\n".join(md_parts) + "\n", csv_text(csv_head, csv_rows)
-
-
-def runs_csv(cells: Sequence[dict[str, Any]], acc_at_rounds: Sequence[int],
-             target_accs: Sequence[float]) -> str:
-    """One row per run (cell) with the raw numbers behind the table."""
-    head = (["setting", "method", "seed", "status", "rounds"]
-            + [f"acc-at-{r}" for r in acc_at_rounds]
-            + [f"rounds-to-{round_key(t)}" for t in target_accs]
-            + ["final-test-acc", "final-ema-acc", "bytes-down-total", "bytes-up-total",
-               "train-seconds", "run-dir"])
-    rows = []
-    for c in cells:
-        s = c["summary"]
-        rows.append([c["setting"], c["method"], c["seed"],
-                     "diverged" if s.get("diverged") else "complete", s["rounds"]]
-                    + [s["acc-at-round"].get(round_key(r)) for r in acc_at_rounds]
-                    + [s["rounds-to-acc"][round_key(t)] for t in target_accs]
-                    + [s["final-test-acc"], s["final-ema-acc"], s["bytes-down-total"],
-                       s["bytes-up-total"], round(s["train-seconds"], 2), c["run-dir"]])
-    return csv_text(head, [["" if v is None else v for v in r] for r in rows])

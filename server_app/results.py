@@ -35,6 +35,7 @@ from fileio.folders import trusted_folder
 from methods import untested_combinations
 from models.evaluation import evaluate
 from models.wire import state_view
+from reporting.code_version import code_version
 from reporting.metrics import ema_update, run_summary
 from reporting.plots import plot_run
 from reporting.results_file import RESULTS
@@ -164,13 +165,16 @@ def mark_running(run_dir: Path, cfg: dict[str, Any], flower_run_id: int | None,
                  run_uid: str | None = None) -> None:
     """results.json says "running" (not complete) from the moment the folder is the run's; a
     resumed run keeps its rows and adds its Flower run id to the list. `run_uid`: the run's own
-    id (a resumed run's checkpoint's; None: a new one), which its checkpoints carry."""
+    id (a resumed run's checkpoint's; None: a new one), which its checkpoints carry. The code
+    the run runs on is recorded as "code-version" (reporting.code_version: the commit and
+    whether the checkout differs from it, or a hash of the FAB's files); a resumed run
+    records the code of its last start."""
     old = read_results(run_dir) or {}
     ids = [i for i in old.get("flower-run-ids", []) if i != flower_run_id]
     old_summary = old.get("summary") if isinstance(old.get("summary"), dict) else {}
 
     results = {"config": cfg, "status": "running", "error": None, "failure": None,
-               "run-uid": run_uid or uuid.uuid4().hex,
+               "run-uid": run_uid or uuid.uuid4().hex, "code-version": code_version(),
                "untested-combinations": untested_combinations(cfg),
                "flower-run-id": flower_run_id,
                "flower-run-ids": ids + ([flower_run_id] if flower_run_id is not None else []),

@@ -285,12 +285,14 @@ def load_setup_rows(name: str) -> dict:
 
 def test_the_results_page_puts_the_papers_emnist_column_beside_each_row(tmp_path):
     """pages.fashion_mnist: the sweep's finished cells (two made here, one per set-up) become
-    the page's table, each row with GC-Fed's reported EMNIST number for that method (the
-    set-up's `reported` row of its method name), the plots copied, the count of finished cells."""
+    the page's table, led by the mean of the last 10 rounds and the last round's accuracy with
+    GC-Fed's reported EMNIST number for that method beside them (the set-up's `reported` row of
+    its method name), the plots copied, the count of finished cells; the cells' CSV it returns
+    builds the same table (--from-csv) without the run folders."""
     import json
 
     from experiments.sweep import load_sweep
-    from pages.fashion_mnist import SWEEP_FILE, block
+    from pages.fashion_mnist import SWEEP_FILE, block, measured
 
     sweep = load_sweep(SWEEP_FILE, out_dir=tmp_path / "out")
     chosen = [c for c in sweep.cells if c.seed == 0 and (
@@ -298,22 +300,29 @@ def test_the_results_page_puts_the_papers_emnist_column_beside_each_row(tmp_path
     for cell, acc in zip(chosen, (0.7, 0.5)):
         cell.run_dir.mkdir(parents=True)
         rows = [{"round": 0, "test-acc": 0.1}] + [
-            {"round": r, "test-acc": acc, "ema-acc": acc, "seconds": 1.0} for r in range(1, 201)]
+            {"round": r, "test-acc": acc + (0.01 if r == 200 else 0), "ema-acc": acc,
+             "seconds": 1.0} for r in range(1, 201)]
         (cell.run_dir / "results.json").write_text(json.dumps({
             "config": cell.run_config | {"num-server-rounds": 200}, "status": "complete",
             "summary": {"complete": True, "wall-seconds": 1800.0}, "rounds": rows}))
         (cell.run_dir / "sweep-cell.json").write_text(json.dumps(cell.description()))
     docs = tmp_path / "docs"
     docs.mkdir()
-    text = block(tmp_path / "out", docs=docs)
+    text, cells_csv = measured(tmp_path / "out", docs=docs)
     lines = [line for line in text.splitlines() if line.startswith("| Fed")]
+    # last 10 rounds: 9 x acc and acc + 0.01 -> acc + 0.001; the last round: acc + 0.01
     assert lines == [
-        "| FedAvg | 70.00 | 70.00 | 70.00 | 1 | 1 | 0 | 1 | 59.45 ± 3.72 |",
-        "| FedCM | 50.00 | 50.00 | 50.00 | 200+ | 200+ | 0 | 1 | - |"]
+        "| FedAvg | 70.10 | 71.00 | 59.45 ± 3.72 | 70.00 | 70.00 | 1 | 1 | 0 | 1 |",
+        "| FedCM | 50.10 | 51.00 | - | 50.00 | 50.00 | 200+ | 200+ | 0 | 1 |"]
     assert "2 of its 114 cells had finished" in text and "ran 1.0 hours in all" in text
+    assert "code unknown" in text  # (these results.json record no code version)
     assert sorted(p.name for p in docs.iterdir()) == [
         f"fashion-mnist-{k}-{s}.png" for k in ("acc", "ema")
         for s in ("5of100-lda0.1", "5of200-lda0.05")]
+    (docs / "fashion-mnist-cells.csv").write_text(cells_csv)
+    from_csv = block(None, docs=docs, from_csv=docs / "fashion-mnist-cells.csv")
+    assert [line for line in from_csv.splitlines() if line.startswith("| Fed")] == lines
+    assert "2 of its 114 cells" in from_csv and "ran 1.0 hours in all" in from_csv
 
 
 def test_a_file_there_twice_is_refused_by_every_reader_with_its_error(tmp_path, arrays):
@@ -362,3 +371,48 @@ def test_a_partition_is_cut_from_the_whole_split_as_datasets_selects_it(tmp_path
             assert np.allclose(x.numpy()[:, 0].astype(np.float64), want.reshape(-1, 28, 28),
                                atol=1e-5 if scaled else 0)
         assert len(got.train_y) + len(got.val_y) == len(part) and len(got.val_y) == val_n
+
+
+def test_the_page_command_writes_the_cells_csv_and_builds_the_same_table_from_it(tmp_path):
+    """python -m pages.fashion_mnist writes the page and fashion-mnist-cells.csv beside it;
+    --from-csv rebuilds the page's table from that CSV alone (the run folders removed), and
+    writes no CSV."""
+    import csv
+    import io
+    import json
+    import shutil
+
+    from experiments.sweep import load_sweep
+    from pages.fashion_mnist import SWEEP_FILE, main
+
+    sweep = load_sweep(SWEEP_FILE, out_dir=tmp_path / "out")
+    cell = next(c for c in sweep.cells if c.seed == 0 and c.method == "FedAvg")
+    cell.run_dir.mkdir(parents=True)
+    rows = [{"round": 0, "test-acc": 0.1}] + [
+        {"round": r, "test-acc": 0.6, "ema-acc": 0.6, "seconds": 1.0} for r in range(1, 201)]
+    (cell.run_dir / "results.json").write_text(json.dumps({
+        "config": cell.run_config, "status": "complete", "rounds": rows,
+        "summary": {"complete": True, "wall-seconds": 360.0}}))
+    (cell.run_dir / "sweep-cell.json").write_text(json.dumps(
+        cell.description() | {"code-version": {"commit": "c" * 40, "dirty": False}}))
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    page = docs / "fashion-mnist.md"
+    page.write_text("# p\n\n<!-- example:fmnist-table -->\n<!-- /example:fmnist-table -->\n")
+    assert main(["--out-dir", str(tmp_path / "out"), "--docs", str(docs)]) == 0
+    written = (docs / "fashion-mnist-cells.csv").read_text()
+    (row,) = list(csv.DictReader(io.StringIO(written)))
+    assert (row["setting"], row["method"], row["seed"], row["status"], row["rounds"]) == (
+        "5of200-lda0.05", "FedAvg", "0", "complete", "200")
+    assert float(row["last10-acc"]) == pytest.approx(0.6) and row["final-test-acc"] == "0.6"
+    assert (row["rounds-to-60"], row["rounds-to-70"]) == ("1", "200+")
+    assert (row["wall-seconds"], row["code-version"]) == ("360.0", "c" * 40)
+    table = [line for line in page.read_text().splitlines() if line.startswith("| ")]
+    assert table[2] == ("| FedAvg | 60.00 | 60.00 | 59.45 ± 3.72 | 60.00 | 60.00 | 1 | 200+ "
+                        "| 0 | 1 |")
+    assert "the cells ran on code cccccccccccc" in page.read_text()
+    shutil.rmtree(tmp_path / "out")
+    assert main(["--docs", str(docs), "--from-csv"]) == 0
+    assert [line for line in page.read_text().splitlines() if line.startswith("| ")] == table
+    assert (docs / "fashion-mnist-cells.csv").read_text() == written
+    assert "fashion-mnist-cells.csv, the cells' own CSV" in page.read_text()

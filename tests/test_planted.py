@@ -301,6 +301,97 @@ def test_every_number_of_the_summary_is_in_its_range(summary, refused):
     assert (problem is not None) == refused, problem
 
 
+HEX40, HEX64 = "0123456789abcdef" * 2 + "01234567", "ab" * 32
+VERSION_VALUES = [  # a results.json's code-version (reporting.code_version), refused?
+    ({"commit": HEX40, "dirty": False, "diff-sha256": None, "files-sha256": None}, False),
+    ({"commit": HEX64, "dirty": True, "diff-sha256": HEX64, "files-sha256": None}, False),
+    ({"commit": None, "dirty": None, "diff-sha256": None, "files-sha256": HEX64}, False),
+    ({}, False), ({"commit": HEX40.upper()}, True), ({"commit": HEX40[:39]}, True),
+    ({"commit": "HEAD"}, True), ({"commit": HEX40 + "; rm -rf ~"}, True),
+    ({"commit": 12}, True), ({"dirty": 1}, True), ({"dirty": "no"}, True),
+    ({"diff-sha256": HEX40}, True), ({"files-sha256": "x" * 64}, True),
+    ({"commit": HEX40, "note": "mine"}, True), ("abc", True), ([HEX40], True),
+]
+
+
+@pytest.mark.parametrize("version, refused", VERSION_VALUES,
+                         ids=[json.dumps(v) for v, _ in VERSION_VALUES])
+def test_a_code_version_read_back_is_a_commit_a_flag_and_hashes(version, refused):
+    from reporting.results_file import results_problem
+
+    problem = results_problem({"config": {}, "code-version": version})
+    assert (problem is not None) == refused, problem
+    if refused:
+        assert problem.startswith("'code-version' "), problem
+
+
+CELLS_HEAD = ("setting,method,seed,status,rounds,last10-acc,final-test-acc,final-ema-acc,"
+              "acc-at-100,rounds-to-60,bytes-down-total,bytes-up-total,bytes-total,"
+              "train-seconds,wall-seconds,code-version")
+CELLS_ROW = f"a,FedAvg,0,complete,200,0.7,0.71,0.69,0.6,80,10,20,30,5.5,60.0,{HEX40}"
+CELLS_CASES = {  # (the file's text, or what replaces one field: what the refusal says)
+    "accuracy-above-1": ({"last10-acc": "1.5"}, r"last10-acc is 1.5, not an accuracy"),
+    "accuracy-nan": ({"final-test-acc": "nan"}, r"final-test-acc is nan, not a finite"),
+    "ema-inf": ({"acc-at-100": "inf"}, r"acc-at-100 is inf, not a finite number"),
+    "ema-above-1": ({"acc-at-100": "7"}, r"acc-at-100 is 7.0, not an accuracy"),
+    "time-negative": ({"wall-seconds": "-1"}, r"wall-seconds is -1.0, not a time >= 0"),
+    "rounds-half": ({"rounds": "2.5"}, r"rounds is '2.5', not a whole number"),
+    "rounds-to-soon": ({"rounds-to-60": "soon"}, r"rounds-to-60 is 'soon', not a whole"),
+    "rounds-to-empty": ({"rounds-to-60": ""}, r"rounds-to-60 is empty"),
+    "bytes-negative": ({"bytes-total": "-30"}, r"bytes-total is '-30', not a whole"),
+    "seed-text": ({"seed": "zero"}, r"seed 'zero' is not a whole number"),
+    "status-other": ({"status": "running"}, r"status 'running' is not one of complete"),
+    "version-command": ({"code-version": "$(reboot)"}, r"code-version '\$\(reboot\)' is no"),
+    "version-upper": ({"code-version": HEX40.upper()}, r"is no version label"),
+    "header-changed": (CELLS_HEAD.replace("last10-acc", "best-acc") + "\n" + CELLS_ROW,
+                       r"line 1 is not the header of a cells file"),
+    "header-round-text": (CELLS_HEAD.replace("acc-at-100", "acc-at-x") + "\n" + CELLS_ROW,
+                          r"column acc-at-x names no round"),
+    "row-short": (CELLS_HEAD + "\n" + CELLS_ROW.rsplit(",", 1)[0],
+                  r"line 2 does not have one field per column"),
+    "empty": ("", r"is empty"),
+    "not-utf8": (b"\xff\xfe", r"is not UTF-8 text"),
+}
+
+
+@pytest.mark.parametrize("case", list(CELLS_CASES))
+def test_a_cells_csv_read_back_is_refused_at_its_bad_field(tmp_path, case):
+    """reporting.cells.read_cells_csv: the row written here by hand is read back (accepted);
+    each fault, one at a time, is refused naming the line, the field and the fix."""
+    from reporting.cells import CellsError, read_cells_csv
+
+    good = tmp_path / "good.csv"
+    good.write_text(CELLS_HEAD + "\n" + CELLS_ROW + "\n")
+    (cell,), rounds, targets = read_cells_csv(good)
+    assert (rounds, targets) == ([100], [60.0]) and cell["seed"] == 0
+    assert cell["summary"]["rounds-to-acc"] == {"60": 80}
+    assert cell["summary"]["acc-at-round"] == {"100": 0.6} and cell["code-version"] == HEX40
+    change, says = CELLS_CASES[case]
+    path = tmp_path / "bad.csv"
+    if isinstance(change, dict):
+        fields = dict(zip(CELLS_HEAD.split(","), CELLS_ROW.split(",")))
+        fields.update(change)
+        path.write_text(CELLS_HEAD + "\n" + ",".join(fields.values()) + "\n")
+    elif isinstance(change, bytes):
+        path.write_bytes(change)
+    else:
+        path.write_text(change)
+    with pytest.raises(OSError if case == "not-utf8" else CellsError, match=says) as err:
+        read_cells_csv(path)
+    if case != "not-utf8":
+        assert str(path) in str(err.value) and "write it again" in str(err.value)
+
+
+def test_a_cells_csv_that_is_a_link_is_not_followed(tmp_path):
+    from reporting.cells import read_cells_csv
+
+    real = tmp_path / "real.csv"
+    real.write_text(CELLS_HEAD + "\n" + CELLS_ROW + "\n")
+    os.symlink(real, tmp_path / "link.csv")
+    with pytest.raises(OSError, match=r"link.csv is a link"):
+        read_cells_csv(tmp_path / "link.csv")
+
+
 @pytest.mark.parametrize("text, says", [
     ('"wall-seconds": 1e999', r"summary 'wall-seconds' is inf, not a finite number"),
     ('"wall-seconds": -3600', r"summary 'wall-seconds' is -3600, not a time >= 0"),
@@ -453,7 +544,7 @@ PAGE_BLOCK = "# page\n\n<!-- example:fmnist-table -->\nold\n<!-- /example:fmnist
 @pytest.mark.parametrize("case", ["docs-missing", "docs-a-file", "docs-a-link", "docs-in-proc",
                                   "page-missing", "page-no-block", "no-finished-cell",
                                   "cells-match-none", "cells-match-no-finished-cell",
-                                  "unknown-flag"])
+                                  "unknown-flag", "csv-missing", "csv-bad", "mixed-versions"])
 def test_the_page_command_ends_bad_input_with_one_message(tmp_path, case):
     from experiments.sweep import load_sweep
     from pages.fashion_mnist import SWEEP_FILE
@@ -473,7 +564,10 @@ def test_the_page_command_ends_bad_input_with_one_message(tmp_path, case):
             "no-finished-cell": ["--docs", str(docs), "--out-dir", str(tmp_path / "empty")],
             "cells-match-none": ["--docs", str(docs), "--cells", "x/y/z"],
             "cells-match-no-finished-cell": ["--docs", str(docs), "--cells", "*/*/2"],
-            "unknown-flag": ["--nope"]}[case]
+            "unknown-flag": ["--nope"],
+            "csv-missing": ["--docs", str(docs), "--from-csv"],
+            "csv-bad": ["--docs", str(docs), "--from-csv", str(tmp_path / "bad.csv")],
+            "mixed-versions": ["--docs", str(docs)]}[case]
     says = {"docs-missing": r"nowhere does not exist: give --docs a folder",
             "docs-a-file": r"the docs folder .*a-file is a regular file, not a folder",
             "docs-a-link": r"the docs folder .*a-link is a link",
@@ -483,7 +577,17 @@ def test_the_page_command_ends_bad_input_with_one_message(tmp_path, case):
             "no-finished-cell": r"no finished cell in .*empty.*: run the sweep first",
             "cells-match-none": r"--cells 'x/y/z' matches none of the sweep's cells",
             "cells-match-no-finished-cell": r"no finished cell in .* matches --cells '\*/\*/2'",
-            "unknown-flag": r"unrecognized arguments: --nope"}[case]
+            "unknown-flag": r"unrecognized arguments: --nope",
+            "csv-missing": r"docs/fashion-mnist-cells.csv does not exist: give --from-csv",
+            "csv-bad": r"bad.csv line 1 is not the header of a cells file",
+            "mixed-versions": r"the cells ran on 2 code versions \(.*\).* --mixed-versions"}[case]
+    (tmp_path / "bad.csv").write_text("method,acc\nFedAvg,0.5\n")
+    if case == "mixed-versions":  # a second cell, of another commit
+        other = next(c for c in sweep.cells if c.seed == 1)
+        finish(other)
+        data = json.loads((other.run_dir / "sweep-cell.json").read_text())
+        data["code-version"] = {"commit": "f" * 40, "dirty": False}
+        (other.run_dir / "sweep-cell.json").write_text(json.dumps(data))
     if case == "page-no-block":
         (docs / "fashion-mnist.md").write_text("# a page without the block\n")
     if case != "no-finished-cell":
@@ -581,7 +685,7 @@ def test_the_page_writes_cells_and_note_as_text(tmp_path):
     html = render(text)
     assert "<script" not in html and "<b>" not in html and "<code>x" not in html
     assert f"--cells '{pattern}' names" in shown(html)
-    assert "; `x` | <b>y</b>\\nz." in shown(html)
+    assert "; `x` | <b>y</b>\\nz; the cells ran on" in shown(html)
 
 
 @needs_root

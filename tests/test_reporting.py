@@ -57,6 +57,22 @@ def test_summary_of_a_known_series():
     assert (s["final-test-acc"], s["final-ema-acc"]) == (0.9, pytest.approx(0.5922))
     assert (s["bytes-down-total"], s["bytes-up-total"], s["bytes-total"]) == (4000, 8000, 12000)
     assert s["train-seconds"] == pytest.approx(6.0)
+    assert s["last10-acc"] == pytest.approx((0.5 + 0.7 + 0.9 + 0.9) / 4)  # (4 rounds of 10)
+
+
+def test_the_last_rounds_mean_counts_the_rounds_measured_in_the_last_10():
+    """Rounds 1 .. 15, test-acc measured every 2nd round and at the last: the last 10 rounds
+    are 6 .. 15, measured at 6, 8, 10, 12, 14, 15."""
+    from reporting.metrics import mean_of_last
+
+    rows = [{"round": 0, "test-acc": 0.05}] + [
+        {"round": r, **({"test-acc": r / 100} if r % 2 == 0 or r == 15 else {})}
+        for r in range(1, 16)]
+    assert mean_of_last(rows, "test-acc") == pytest.approx(
+        (0.06 + 0.08 + 0.10 + 0.12 + 0.14 + 0.15) / 6)
+    assert mean_of_last(rows[:4], "test-acc") == pytest.approx(0.02)  # rounds 1-3: only 2
+    assert mean_of_last(rows[:1], "test-acc") is None  # round 0 alone: nothing trained
+    assert mean_of_last(rows, "fed-acc") is None
 
 
 def test_table_cells():
@@ -78,18 +94,21 @@ def test_comparison_table_one_row_per_method():
     md, csv = comparison([MethodRuns("FedAvg", [a, a]), MethodRuns("FedACG", [a, b])], [2, 4],
                          [55, 60])
     lines = md.strip().splitlines()
-    assert lines[0] == ("| Method | Final acc. (%) | Acc. at 2R (%) | Acc. at 4R (%) "
-                        "| Rounds to 55% | Rounds to 60% | MB per round | Seeds |")
+    assert lines[0] == ("| Method | Last 10R (%) | Final acc. (%) | Acc. at 2R (%) "
+                        "| Acc. at 4R (%) | Rounds to 55% | Rounds to 60% | MB per round "
+                        "| Seeds |")
+    # last 10R: the mean of the 4 rounds there are (a: 0.75; b: 0.8 -> 77.5 ± sqrt(12.5));
     # final: the last round's test accuracy (0.9 for every seed), not its EMA
-    assert lines[2] == ("| FedAvg | 90.00 ± 0.00 | 52.00 ± 0.00 | 59.22 ± 0.00 | 3 ± 0 | 4+ "
-                        "| 0.3 | 2 |")
+    assert lines[2] == ("| FedAvg | 75.00 ± 0.00 | 90.00 ± 0.00 | 52.00 ± 0.00 | 59.22 ± 0.00 "
+                        "| 3 ± 0 | 4+ | 0.3 | 2 |")
     # b: EMA 0.6, 0.62, 0.648, 0.6732 -> 55% and 60% at round 1; a: 55% at 3, 60% never (4+)
     # 0.3 MB per round: (1e5 down + 2e5 up) bytes
-    assert lines[3].startswith("| FedACG | 90.00 ± 0.00 | 57.00 ± 7.07 | 63.27 ± 5.73 | 2 ± 1.4 "
-                               "| 2.5+ (1/2 reached) |")
+    assert lines[3].startswith("| FedACG | 77.50 ± 3.54 | 90.00 ± 0.00 | 57.00 ± 7.07 "
+                               "| 63.27 ± 5.73 | 2 ± 1.4 | 2.5+ (1/2 reached) |")
     assert len(lines) == 4
-    assert csv.splitlines()[0] == ("Method,Final acc. (%),Acc. at 2R (%),Acc. at 4R (%),"
-                                   "Rounds to 55%,Rounds to 60%,MB per round,Seeds")
+    assert csv.splitlines()[0] == ("Method,Last 10R (%),Final acc. (%),Acc. at 2R (%),"
+                                   "Acc. at 4R (%),Rounds to 55%,Rounds to 60%,MB per round,"
+                                   "Seeds")
     two = comparison([MethodRuns("FedAvg", [a], "iid"), MethodRuns("FedAvg", [b], "dir0.3")], [2],
                      [55])
     assert "### iid" in two[0] and "### dir0.3" in two[0]

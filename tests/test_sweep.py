@@ -132,21 +132,22 @@ def test_sweep_writes_the_table_and_plot_and_resumes(tmp_path, capsys):
     assert "started run" in (by_flwr / "flwr-run.log").read_text()
 
     lines = (sweep_dir / "table.md").read_text().strip().splitlines()
-    assert lines[0] == ("| Method | Final acc. (%) | Acc. at 2R (%) | Acc. at 3R (%) "
-                        "| Rounds to 1% | Rounds to 99.5% | MB per round | Seeds |")
+    assert lines[0] == ("| Method | Last 10R (%) | Final acc. (%) | Acc. at 2R (%) "
+                        "| Acc. at 3R (%) | Rounds to 1% | Rounds to 99.5% | MB per round "
+                        "| Seeds |")
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in lines[2:]]
     assert [r[0] for r in rows] == ["FedAvg", "FedACG"]  # one row per method, in the file's order
     for r in rows:
-        assert all(re.fullmatch(r"\d+\.\d\d ± \d+\.\d\d", c) for c in r[1:4])
-        assert r[4] == "1 ± 0"  # every seed is above 1% after round 1
-        assert r[5] == "3+"  # nobody reaches 99.5% in 3 rounds
-        assert r[7] == "2"
-    assert rows[0][6] == rows[1][6]  # FedACG sends what FedAvg sends
+        assert all(re.fullmatch(r"\d+\.\d\d ± \d+\.\d\d", c) for c in r[1:5])
+        assert r[5] == "1 ± 0"  # every seed is above 1% after round 1
+        assert r[6] == "3+"  # nobody reaches 99.5% in 3 rounds
+        assert r[8] == "2"
+    assert rows[0][7] == rows[1][7]  # FedACG sends what FedAvg sends
     with open(sweep_dir / "table.csv") as f:
         table = list(csv.reader(f))
     assert table[0][0] == "Method" and [r[0] for r in table[1:]] == ["FedAvg", "FedACG"]
     assert table[1:] == rows
-    with open(sweep_dir / "runs.csv") as f:
+    with open(sweep_dir / "cells.csv") as f:
         runs = list(csv.DictReader(f))
     assert [(r["method"], r["seed"]) for r in runs] == [
         ("FedAvg", "0"), ("FedAvg", "1"), ("FedACG", "0"), ("FedACG", "1")]
@@ -254,7 +255,7 @@ def test_in_process_sweep_refuses_a_connection_and_an_unknown_backend(tmp_path):
 def test_cells_side_by_side_and_a_diverged_method_is_a_result(tmp_path, capsys):
     """--jobs 2: the cells run in two worker processes, seed by seed, one progress line per cell.
     A method whose training diverges (its replies end non-finite) is a result, never
-    dropped: its run folder says failed / diverged, the table writes it 'Failed (2/2)', runs.csv
+    dropped: its run folder says failed / diverged, the table writes it 'Failed (2/2)', cells.csv
     'diverged', and a rerun runs nothing (it is done)."""
     from experiments.sweep import main
 
@@ -291,7 +292,7 @@ def test_cells_side_by_side_and_a_diverged_method_is_a_result(tmp_path, capsys):
             for r in (sweep_dir / "table.md").read_text().strip().splitlines()[2:]]
     assert rows[1][:2] == ["Broken", "Failed (2/2)"] and rows[1][-1] == "2"
     assert re.fullmatch(r"\d+\.\d\d ± \d+\.\d\d", rows[0][1])
-    with open(sweep_dir / "runs.csv") as f:
+    with open(sweep_dir / "cells.csv") as f:
         status = {(r["method"], r["seed"]): r["status"] for r in csv.DictReader(f)}
     assert status[("Broken", "0")] == "diverged" and status[("FedAvg", "1")] == "complete"
     assert_plot(sweep_dir / "acc.png")
@@ -386,3 +387,159 @@ def test_a_worker_that_dies_stops_the_parallel_sweep_with_what_to_do(tmp_path, m
     assert "FedAvg / seed 0: FAILED" in out
     assert "2 cell(s) not started: run the same command to go on" in out
     assert [c.seed for c in sweep.failed] == [0, 1, 2]
+
+
+# --- every cell checkable: its code version, its CSV row, a rerun's equal numbers (issue 56) ---
+
+
+def timing(key: str) -> bool:
+    """A time (seconds, eval-seconds, train-load-seconds, ...): never the same twice."""
+    return key == "seconds" or key.endswith("-seconds")
+
+
+def test_one_cell_run_twice_on_one_thread_gives_the_same_numbers(tmp_path, capsys):
+    """One short digits cell, in-process, run twice on one thread on this machine: every number
+    of every round (accuracies, losses, EMA, bytes) and of the summary is the same, bit for bit;
+    only the times differ. Its cells.csv row holds the mean of the last rounds' test accuracy
+    (computed here from its results.json) and the commit results.json records."""
+    import torch
+
+    from experiments.sweep import main
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # what docs/results.md says is exact: this machine, one thread
+    try:
+        runs = []
+        for name in ("first", "again"):
+            grid = write(tmp_path / f"{name}.yaml", {
+                "out-dir": str(tmp_path / "out"),
+                "federation-config": {"num-supernodes": 4},
+                "run-config": {"num-server-rounds": 3, "local-iterations": 2,
+                               "fraction-train": 0.5},
+                "seeds": [0], "methods": {"FedACG": {"method": "fedacg"}},
+                "acc-at-rounds": [2]})
+            assert main([str(grid), "--in-process", "--quiet"]) == 0
+            run_dir = tmp_path / "out" / name / "runs" / "FedACG" / "seed-0"
+            runs.append(json.loads((run_dir / "results.json").read_text()))
+    finally:
+        torch.set_num_threads(threads)
+    capsys.readouterr()
+    first, again = ({"rounds": [{k: v for k, v in r.items() if not timing(k)}
+                                for r in run["rounds"]],
+                     "summary": {k: v for k, v in run["summary"].items() if not timing(k)}}
+                    for run in runs)
+    assert len(first["rounds"]) == 4 and first["rounds"][3]["test-acc"] > 0
+    assert first == again
+    assert runs[0]["code-version"] == runs[1]["code-version"]
+    recorded = json.loads((tmp_path / "out" / "first" / "runs" / "FedACG" / "seed-0"
+                           / "sweep-cell.json").read_text())["code-version"]
+    assert recorded["commit"] == runs[0]["code-version"]["commit"]  # (the checkout, both)
+    with open(tmp_path / "out" / "first" / "cells.csv") as f:
+        (row,) = list(csv.DictReader(f))
+    accs = [r["test-acc"] for r in runs[0]["rounds"] if r["round"] in (1, 2, 3)]
+    assert float(row["last10-acc"]) == pytest.approx(sum(accs) / 3, abs=1e-15)
+    assert float(row["final-test-acc"]) == accs[-1]
+    assert row["code-version"].startswith(runs[0]["code-version"]["commit"] or "files.")
+
+
+def finish_cell(cell, accs, version=None, diverged=False):
+    """A finished cell as a sweep leaves it: results.json with a row per accuracy (EMA as the
+    run computes it); sweep-cell.json with the `code-version` given (none: an older sweep's)."""
+    cell.run_dir.mkdir(parents=True, exist_ok=True)
+    rows, ema = [{"round": 0, "test-acc": 0.1}], None
+    for r, acc in enumerate(accs, 1):
+        ema = acc if ema is None else 0.9 * ema + 0.1 * acc
+        rows.append({"round": r, "test-acc": acc, "ema-acc": ema, "seconds": 1.0,
+                     "bytes-down-total": 1000 * r, "bytes-up-total": 500 * r})
+    results = {"config": cell.run_config, "status": "failed" if diverged else "complete",
+               "failure": "diverged" if diverged else None,
+               "summary": {"complete": not diverged, "wall-seconds": 60.0}, "rounds": rows}
+    (cell.run_dir / "results.json").write_text(json.dumps(results))
+    record = cell.description() | ({} if version is None else {"code-version": version})
+    (cell.run_dir / "sweep-cell.json").write_text(json.dumps(record))
+
+
+def commit(hex_digit, dirty=False):
+    return {"commit": hex_digit * 40, "dirty": dirty,
+            "diff-sha256": "e" * 64 if dirty else None, "files-sha256": None}
+
+
+def two_cell_sweep(tmp_path):
+    grid = write(tmp_path / "mix.yaml", {
+        "out-dir": str(tmp_path / "out"), "run-config": {"num-server-rounds": 12},
+        "seeds": [0, 1], "methods": {"FedAvg": {"method": "fedavg"},
+                                     "Fed <b>|x": {"method": "fedacg"}},
+        "acc-at-rounds": [4, 12], "target-accs": [35, 95]})
+    return grid, load_sweep(grid)
+
+
+def test_cells_of_different_code_versions_are_refused_unless_told(tmp_path, capsys):
+    """The table of cells that ran on two commits (or a commit and a dirty checkout of it, or
+    an older app's cells that recorded none) is refused with one message naming each version
+    and its cells and the fix, and nothing is written; --mixed-versions tabulates them.
+    --dry-run shows each finished cell's version. Every such cell counts as done (a resume
+    runs none of them); one whose recorded version is no version (planted, damaged) does not."""
+    from experiments.sweep import main
+
+    grid, sweep = two_cell_sweep(tmp_path)
+    accs = [0.3, 0.5, 0.6, 0.7] * 3
+    for cell in sweep.cells:
+        finish_cell(cell, accs, commit("a"))
+    assert main([str(grid), "--table-only"]) == 0  # one version: tabulated
+    table = tmp_path / "out" / "mix" / "table.md"
+    table.unlink()
+    for cell, version in zip(sweep.cells, (commit("a"), commit("b"), commit("a", dirty=True),
+                                           None)):
+        finish_cell(cell, accs, version)
+    capsys.readouterr()
+    assert main([str(grid), "--table-only"]) == 1
+    err = capsys.readouterr().err
+    assert "the cells ran on 4 code versions (" in err
+    assert "aaaaaaaaaaaa: -/FedAvg/0" in err and "bbbbbbbbbbbb: -/FedAvg/1" in err
+    assert "aaaaaaaaaaaa+dirty.eeeeeeeeeeeeeeee: -/Fed <b>|x/0" in err
+    assert "unknown: -/Fed <b>|x/1" in err and "--mixed-versions" in err
+    assert len(err.strip().splitlines()) == 1 and not table.exists()
+    assert main([str(grid), "--table-only", "--mixed-versions"]) == 0
+    with open(tmp_path / "out" / "mix" / "cells.csv") as f:
+        versions = [r["code-version"] for r in csv.DictReader(f)]
+    assert versions == ["a" * 40, "b" * 40, "a" * 40 + "+dirty.eeeeeeeeeeeeeeee", "unknown"]
+    capsys.readouterr()
+    assert main([str(grid), "--dry-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [re.search(r"\| code (\S+) \|", line).group(1) for line in lines] == [
+        "aaaaaaaaaaaa", "bbbbbbbbbbbb", "aaaaaaaaaaaa+dirty.eeeeeeeeeeeeeeee", "unknown"]
+    assert cells_to_run(sweep) == []
+    finish_cell(sweep.cells[1], accs, {"commit": "HEAD", "dirty": False})
+    assert cells_to_run(sweep) == [sweep.cells[1]]
+
+
+def test_the_table_built_from_cells_csv_is_the_table_built_from_the_run_folders(tmp_path):
+    """cells.csv written by the sweep, read back through its checks (reporting.cells), makes
+    the same table, row for row, as the run folders did: also for a diverged cell, a target
+    not reached ('12+') and a name with Markdown in it; its numbers are the runs' own (the
+    last 10 rounds' mean and the EMA at round 4, computed here by hand)."""
+    from experiments.sweep import write_report
+    from reporting.cells import method_runs, read_cells_csv
+    from reporting.table import comparison
+
+    grid, sweep = two_cell_sweep(tmp_path)
+    runs = {0: [0.3, 0.5, 0.6, 0.7] * 3, 1: [0.2, 0.4, 0.6, 0.8] * 3}
+    for cell in sweep.cells:
+        finish_cell(cell, runs[cell.seed], commit("c"),
+                    diverged=cell.method != "FedAvg" and cell.seed == 1)
+    report = write_report(sweep)
+    folder_md = (tmp_path / "out" / "mix" / "table.md").read_text()
+    cells, rounds, targets = read_cells_csv(tmp_path / "out" / "mix" / "cells.csv")
+    assert (rounds, targets) == ([4, 12], [35.0, 95.0])
+    md, csv_text = comparison(method_runs(cells), rounds, targets)
+    assert md == folder_md and md == report.md
+    assert csv_text == (tmp_path / "out" / "mix" / "table.csv").read_text()
+    seed0 = cells[0]["summary"]
+    # the last 10 of 12 rounds, 3 .. 12: 0.6, 0.7, then 0.3, 0.5, 0.6, 0.7 twice
+    assert seed0["last10-acc"] == pytest.approx((0.6 + 0.7 + 2 * (0.3 + 0.5 + 0.6 + 0.7)) / 10)
+    ema3 = 0.9 * (0.9 * 0.3 + 0.1 * 0.5) + 0.1 * 0.6  # 0.348: below 35 %
+    ema4 = 0.9 * ema3 + 0.1 * 0.7  # 0.3832: the first at or above it
+    assert seed0["acc-at-round"]["4"] == pytest.approx(ema4)
+    assert seed0["rounds-to-acc"] == {"35": 4, "95": "12+"}
+    assert [c["summary"]["diverged"] for c in cells] == [False, False, False, True]
+    assert "| Fed &lt;b&gt;\\|x |" in md  # (the name as text: markdown's escapes)
