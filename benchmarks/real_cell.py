@@ -336,28 +336,31 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 m = run_child(["ray", args.cell, str(rounds), str(tmp), str(res)])
             m.update(json.loads(res.read_text()))
+            if side == "ray":  # its work is in the SuperLink's processes and Ray's, not the
+                m["cpu"] = m["peak-mb"] = None  # child's: their CPU and memory are not measured
             runs[side].append(m)
-            print(f"  pair {p + 1}/{pairs} {side}: {m['wall']:.1f} s wall, {m['cpu']:.1f} s "
-                  f"CPU, peak {m['peak-mb']:.0f} MB, rounds median "
+            usage = ("" if m["cpu"] is None else
+                     f", {m['cpu']:.1f} s CPU, peak {m['peak-mb']:.0f} MB")
+            print(f"  pair {p + 1}/{pairs} {side}: {m['wall']:.1f} s wall{usage}, rounds median "
                   f"{statistics.median(m['rounds']):.2f} s, final acc {m['acc']:.4f}",
                   flush=True)
     report = {"cell": args.cell, "rounds": rounds, "pairs": pairs, "runs": runs}
     for side in sides[::2]:  # app (and ray) against the plain loop
-        ratio = [pl["wall"] / a["wall"] for a, pl in zip(runs[side], runs["plain"])]
-        per_round = [pl / a for x, y in zip(runs[side], runs["plain"])
-                     for a, pl in zip(x["rounds"][1:], y["rounds"][1:])]
-        cpu = [pl["cpu"] / a["cpu"] for a, pl in zip(runs[side], runs["plain"])]
-        cpu_round = [pl / a for x, y in zip(runs[side], runs["plain"]) if x["cpu-rounds"]
+        pairs_ = list(zip(runs[side], runs["plain"]))
+        ratio = [pl["wall"] / a["wall"] for a, pl in pairs_]
+        per_round = [pl / a for x, y in pairs_ for a, pl in zip(x["rounds"][1:], y["rounds"][1:])]
+        cpu = [pl["cpu"] / a["cpu"] for a, pl in pairs_ if a["cpu"]]
+        cpu_round = [pl / a for x, y in pairs_ if x["cpu-rounds"]
                      for a, pl in zip(x["cpu-rounds"][1:], y["cpu-rounds"][1:])]
-        mem = [a["peak-mb"] / pl["peak-mb"] for a, pl in zip(runs[side], runs["plain"])]
-        report[side] = {"whole": statistics.median(ratio), "rounds": statistics.median(per_round),
-                        "cpu": statistics.median(cpu), "memory": statistics.median(mem),
-                        "cpu-rounds": statistics.median(cpu_round) if cpu_round else None}
+        mem = [a["peak-mb"] / pl["peak-mb"] for a, pl in pairs_ if a["peak-mb"]]
+        median = lambda v: statistics.median(v) if v else None  # noqa: E731
+        report[side] = {"whole": median(ratio), "rounds": median(per_round), "cpu": median(cpu),
+                        "memory": median(mem), "cpu-rounds": median(cpu_round)}
+        shown = {k: "n/a" if v is None else f"{v:.3f}" for k, v in report[side].items()}
         print(f"{side} against the plain loop: speed ratio (plain/app) whole process "
-              f"{statistics.median(ratio):.3f} ({min(ratio):.3f}-{max(ratio):.3f}), rounds "
-              f"{statistics.median(per_round):.3f}, CPU {statistics.median(cpu):.3f}, CPU of "
-              f"the rounds {report[side]['cpu-rounds'] or float('nan'):.3f}; peak "
-              f"memory app/plain {statistics.median(mem):.2f}x")
+              f"{shown['whole']} ({min(ratio):.3f}-{max(ratio):.3f}), rounds {shown['rounds']}, "
+              f"CPU {shown['cpu']}, CPU of the rounds {shown['cpu-rounds']}; peak memory "
+              f"app/plain {shown['memory']}x")
     if args.phases:
         prof = tmp / "cell.prof"
         run_child(["profile", args.cell, str(rounds), str(tmp), str(tmp / "p.json"), str(prof)])

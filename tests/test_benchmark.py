@@ -96,3 +96,26 @@ def test_sim_floor_runs_the_floor_app(tmp_path):
     assert abs(sum(floor["peak-pss-breakdown-mb"].values()) - floor["peak-pss-mb"]) < 1e-6
     assert 0 < floor["peak-pss-mb"] <= floor["peak-host-mb"]
     assert "the simulation's floor (2 nodes, 2 rounds)" in out.stdout
+
+
+@pytest.mark.long
+@pytest.mark.skipif(not Path("/usr/share/datasets/fashion-mnist").is_dir(),
+                    reason="needs Debian's dataset-fashion-mnist (apt-get install "
+                           "dataset-fashion-mnist)")
+def test_real_cell_smoke(tmp_path):
+    """benchmarks/real_cell.py: the cell in-process and the plain loop, as processes, with the
+    cell's own schedule; its ratios are the medians of the pairs' figures written beside them."""
+    out = subprocess.run(
+        [sys.executable, "-m", "benchmarks.real_cell", "--tiny", "--json",
+         str(tmp_path / "c.json")], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    figures = json.loads((tmp_path / "c.json").read_text())
+    (app,), (plain,) = figures["runs"]["app"], figures["runs"]["plain"]
+    assert len(app["rounds"]) == len(plain["rounds"]) == 3  # --tiny: 3 rounds, the same clients
+    assert len(app["cpu-rounds"]) == len(plain["cpu-rounds"]) == 3
+    assert figures["app"]["whole"] == pytest.approx(plain["wall"] / app["wall"])
+    assert figures["app"]["cpu"] == pytest.approx(plain["cpu"] / app["cpu"])
+    by_round = sorted(p / a for a, p in zip(app["rounds"][1:], plain["rounds"][1:]))
+    assert figures["app"]["rounds"] == pytest.approx(sum(by_round) / 2)  # median of two
+    assert 0.1 < plain["acc"] <= 1 and 0.1 < app["acc"] <= 1  # both learned something
+    assert "app against the plain loop: speed ratio (plain/app) whole process" in out.stdout
