@@ -201,7 +201,7 @@ def write_plan(run_config: dict, nodes: int, grid, plan_out: Path) -> None:
     cfg = resolve(run_config)
     schedule = [[grid.node_ids.index(n) for n in sent] for sent in grid.sent if sent]
     source = _source(DataSettings.from_config(cfg), nodes)
-    source.load_partition(0)
+    source.train_split()  # loaded (and split below)
     indices = source.partitioner.partition_indices()
     # the partitions index the train split as the source shuffled it: back to the IDX order
     shuffled = source.train_split()

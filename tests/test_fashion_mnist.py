@@ -371,6 +371,9 @@ def test_a_partition_is_cut_from_the_whole_split_as_datasets_selects_it(tmp_path
             assert np.allclose(x.numpy()[:, 0].astype(np.float64), want.reshape(-1, 28, 28),
                                atol=1e-5 if scaled else 0)
         assert len(got.train_y) + len(got.val_y) == len(part) and len(got.val_y) == val_n
+    from feddata.loading import _source
+
+    assert _source(cfg.split(), 4).whole_train() is not None  # the partitions were cut by index
 
 
 def test_the_page_command_writes_the_cells_csv_and_builds_the_same_table_from_it(tmp_path):
