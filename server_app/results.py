@@ -309,7 +309,7 @@ class RunRecorder:
         self.totals["bytes-down-total"] += train["bytes-down"]
         self.totals["bytes-up-total"] += train["bytes-up"]
         out = {"clients-sampled": train["sent"], "clients-replied": train["replies"],
-               "clients-failed": train["sent"] - train["replies"],
+               "clients-failed": train["failed"],
                "bytes-down": train["bytes-down"], "bytes-up": train["bytes-up"], **self.totals}
         if ev["sent"]:
             out.update({"eval-clients-sampled": ev["sent"], "eval-clients-replied": ev["replies"],

@@ -36,6 +36,10 @@ class MeteredGrid(Grid):
     def __init__(self, grid: Grid):
         self.grid = grid
         self.counts: Counter = Counter()
+        # per message type: the nodes sent to and those that replied (a node that replies twice,
+        # a sybil, counts once here: 'failed' is the nodes sent to that never replied)
+        self.sent_to: dict[str, set[int]] = {}
+        self.replied_from: dict[str, set[int]] = {}
 
     # --- counting ---------------------------------------------------------------------
     def _sent(self, messages: list[Message]) -> None:
@@ -43,6 +47,7 @@ class MeteredGrid(Grid):
             kind = msg.metadata.message_type
             self.counts[kind, "sent"] += 1
             self.counts[kind, "bytes-down"] += array_bytes(msg.content)
+            self.sent_to.setdefault(kind, set()).add(msg.metadata.dst_node_id)
 
     def _received(self, replies: list[Message]) -> None:
         for msg in replies:
@@ -52,12 +57,16 @@ class MeteredGrid(Grid):
             else:
                 self.counts[kind, "replies"] += 1
                 self.counts[kind, "bytes-up"] += array_bytes(msg.content)
+                self.replied_from.setdefault(kind, set()).add(msg.metadata.src_node_id)
 
     def take(self, message_type: str) -> dict[str, int]:
-        """{'sent', 'replies', 'errors', 'bytes-down', 'bytes-up'} of `message_type` since the
-        last call (e.g. MessageType.TRAIN = 'train')."""
+        """{'sent', 'replies', 'errors', 'bytes-down', 'bytes-up', 'failed'} of `message_type`
+        since the last call (e.g. MessageType.TRAIN = 'train'); 'failed': the nodes sent to that
+        sent no reply (an error reply or none), whatever others sent twice."""
         out = {k: self.counts.pop((message_type, k), 0)
                for k in ("sent", "replies", "errors", "bytes-down", "bytes-up")}
+        sent = self.sent_to.pop(message_type, set())
+        out["failed"] = len(sent - self.replied_from.pop(message_type, set()))
         return out
 
     # --- Grid ---------------------------------------------------------------------------

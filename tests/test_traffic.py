@@ -31,7 +31,10 @@ class Clock:
 
 
 def message(msg_id: str, reply_to: str = "") -> SimpleNamespace:
-    meta = SimpleNamespace(message_type="train", message_id=msg_id, reply_to_message_id=reply_to)
+    """Message 'm<i>' goes to node i; its reply 'r<i>' comes from node i."""
+    node = int(msg_id[1:])
+    meta = SimpleNamespace(message_type="train", message_id=msg_id, reply_to_message_id=reply_to,
+                           dst_node_id=node, src_node_id=node)
     return SimpleNamespace(metadata=meta, content=RecordDict(), has_error=lambda: False)
 
 
@@ -98,7 +101,7 @@ def test_a_deployments_poll_returns_flowers_replies_at_its_shorter_interval(cloc
         assert end <= flower_end and end < max(arrived) + 0.5  # the promise: within 0.5 s
     assert grid.take("train") == flower.take("train") == {
         "sent": len(ready), "replies": len(expected), "errors": 0, "bytes-down": 0,
-        "bytes-up": 0}
+        "bytes-up": 0, "failed": len(ready) - len(expected)}
 
 
 def test_only_flowers_deployed_grid_gets_the_short_poll():
@@ -114,3 +117,14 @@ def test_only_flowers_deployed_grid_gets_the_short_poll():
         traffic.REPLY_POLL_SECONDS
     in_process = InProcessGrid.__new__(InProcessGrid)
     assert federation_grid(resolve({}), in_process, None).poll_seconds is None
+
+
+def test_a_node_that_replies_twice_does_not_hide_one_that_never_replied():
+    """'failed' counts the nodes sent to that never replied (a sybil's second reply is one more
+    reply, not one less failure): 3 sent, node 0 replies twice, node 1 once, node 2 never."""
+    grid = MeteredGrid(None)
+    grid._sent([message("m0"), message("m1"), message("m2")])
+    grid._received([message("r0", "m0"), message("r0", "m0"), message("r1", "m1")])
+    assert grid.take("train") == {"sent": 3, "replies": 3, "errors": 0, "bytes-down": 0,
+                                  "bytes-up": 0, "failed": 1}
+    assert grid.take("train")["failed"] == 0  # reset by take
