@@ -34,9 +34,12 @@ slows Python-heavy code more than kernels: its shares are a map, not a measureme
 from __future__ import annotations
 
 import argparse
+import cProfile
+import dataclasses
 import gzip
 import json
 import os
+import pstats
 import statistics
 import subprocess
 import sys
@@ -143,8 +146,6 @@ def plain_cell(plan: dict, out: Path) -> None:
 
 def the_cell(cell: str, rounds: int, out_dir: Path, backend: str = "in-process"):
     """(sweep, cell) of sweep cell '<setting>/<method>/<seed>', cut to `rounds`."""
-    import dataclasses
-
     from experiments.sweep_cells import cell_name
     from experiments.sweep_file import load_sweep
 
@@ -258,8 +259,6 @@ PHASES = {  # cProfile function -> phase (cumulative times; nested ones subtract
 
 
 def profile_phases(prof: Path) -> dict[str, float]:
-    import pstats
-
     stats = pstats.Stats(str(prof)).stats
     cum: dict[str, float] = {}
     total = 0.0
@@ -300,8 +299,6 @@ def main(argv: list[str] | None = None) -> int:
             plan = Path(rest[4]) if len(rest) > 4 else None
             app_cell(rest[0], int(rest[1]), Path(rest[2]), Path(rest[3]), plan)
         elif kind == "profile":
-            import cProfile
-
             cProfile.runctx("app_cell(c, r, Path(d), Path(o), None)", globals(),
                             {"c": rest[0], "r": int(rest[1]), "d": rest[2], "o": rest[3]},
                             rest[4])

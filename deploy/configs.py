@@ -20,18 +20,61 @@ from __future__ import annotations
 
 import argparse
 import copy
+import errno
 import os
 import re
+import stat
 import sys
+import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
-from fileio.atomic import write_text_atomic  # noqa: E402
-from fileio.errors import UnusableFile  # noqa: E402
-from fileio.reading import read_text_bounded  # noqa: E402
+
+# The deploy scripts stand alone (tests/test_layers.py): they run where the project is not
+# installed, e.g. the compose demo's Flower image with deploy/ mounted. So the two file
+# operations add-connection.sh needs are written here with the standard library: read at most a
+# limit, never through a link; write all or nothing, never through a link.
+class UnusableFile(OSError):
+    """A file that cannot be used as it is; the message names it and the fix."""
+
+
+def read_text_bounded(path: Path, limit: int) -> str:
+    """`path`'s UTF-8 text (at most `limit` bytes), not through a link; FileNotFoundError where
+    there is none, UnusableFile for a link, a non-file, a larger file or one not UTF-8."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise UnusableFile(f"{path} is a link: give the file itself") from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UnusableFile(f"{path} is not a regular file (a folder, a pipe): remove it")
+    with os.fdopen(fd, "rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise UnusableFile(f"{path} is larger than {limit} bytes: it is no config of connections")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise UnusableFile(f"{path} is not UTF-8 text (byte {err.start}): save it as UTF-8") \
+            from None
+
+
+def write_text_atomic(path: Path, text: str, mode: int) -> None:
+    """`text` at `path` all or nothing: a new file beside it, renamed over it (a link there is
+    replaced, never written through)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except OSError as err:
+        Path(tmp).unlink(missing_ok=True)
+        raise UnusableFile(f"cannot write {path} ({err.strerror}): check the folder") from None
 
 try:
     import tomllib

@@ -31,7 +31,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from fileio.reading import read_text_bounded
+from fileio.folders import trusted_folder
+from fileio.reading import read_bounded, read_text_bounded
 
 APP_ROOT = Path(__file__).resolve().parents[1]  # this app: its repository, or its FAB's folder
 GIT_TIMEOUT = 20  # seconds for `git diff HEAD`
@@ -169,8 +170,6 @@ def _diff(folder: Path, git_dir: Path) -> tuple[bool | None, str | None]:
     """(dirty, diff-sha256) from `git diff HEAD` in `folder`; (None, None) where git is missing,
     the folder or its git folders (whose config git reads) are not this user's own, git fails
     or takes longer than GIT_TIMEOUT."""
-    from fileio.folders import trusted_folder
-
     git = shutil.which("git")
     if git is None:
         return None, None
@@ -200,8 +199,6 @@ def _diff(folder: Path, git_dir: Path) -> tuple[bool | None, str | None]:
 def files_sha256(folder: Path) -> str | None:
     """SHA-256 of the `.py` and `.toml` files under `folder` (module docstring); None when the
     folder cannot be read or is past HASH_FILES_LIMIT entries or HASH_BYTES_LIMIT bytes."""
-    from fileio.reading import read_bounded
-
     digest, entries, size = hashlib.sha256(), 0, 0
     todo = [Path(folder)]
     files: list[Path] = []
