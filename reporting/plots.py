@@ -146,7 +146,7 @@ def plot_label_distribution(counts: np.ndarray, label_names: Sequence[str], path
     colors = colormaps["RdYlGn"]([j / max(labels - 1, 1) for j in range(labels)])
     bottom = [0] * clients
     handles = []
-    for j in range(labels):  # one collection of bars per label (a patch a bar: 10x slower)
+    for j in range(labels):  # one collection of bars per label (a patch a bar: 1.8 s, not 1.0)
         top = [b + int(c) for b, c in zip(bottom, counts[:, j])]
         ax.add_collection(PolyCollection(
             [[(i - 0.4, b), (i + 0.4, b), (i + 0.4, t), (i - 0.4, t)]
