@@ -73,6 +73,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mixed-versions", action="store_true",
                         help="tabulate finished cells that ran on different code versions "
                              "(refused by default: the message names the versions and cells)")
+    parser.add_argument("--done-in", type=Path, metavar="CELLS_CSV",
+                        help="do not run the cells a page's cells CSV holds: a table run in "
+                             "parts, on the code version the CSV's cells ran on (refused on "
+                             "another unless --mixed-versions; docs/results.md#a-table-in-parts)")
     parser.add_argument("--max-cells", type=int, default=MAX_CELLS,
                         help=f"refuse a sweep file that makes more cells than this (default "
                              f"{MAX_CELLS}; counted before any cell is made)")
@@ -94,6 +98,14 @@ def main(argv: list[str] | None = None) -> int:
                   f"'{cell_name(sweep.cells[0])}'; --dry-run lists them)", file=sys.stderr)
             return 2
         sweep.cells = chosen
+    if args.done_in:
+        problem = _skip_done(sweep, args.done_in, args.mixed_versions)
+        if problem:
+            print(f"error: {problem}", file=sys.stderr)
+            return 2
+        if not sweep.cells:
+            print(f"every cell of the sweep is in {args.done_in}: nothing to run")
+            return 0
     try:  # the sweep's folders before anything is listed, run or tabulated
         sweep_folder(sweep, make=not (args.dry_run or args.table_only))
     except FileNotFoundError:
@@ -106,6 +118,33 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as err:  # a folder or file planted while the sweep ran
         print(f"error: {err}", file=sys.stderr)
         return 1
+
+
+def _skip_done(sweep, path: Path, mixed_versions: bool) -> str | None:
+    """Drop from `sweep.cells` the cells the cells CSV at `path` holds (reporting.cells), after
+    checking that they ran on the code this sweep runs on; the problem, or None."""
+    from reporting.cells import CellsError, read_cells_csv
+    from reporting.code_version import APP_ROOT, code_version, version_label
+
+    try:
+        rows, _, _ = read_cells_csv(path)
+    except FileNotFoundError:
+        return (f"--done-in {path} does not exist: give a page's cells CSV (e.g. "
+                "docs/fedacg-fmnist-cells.csv)")
+    except (CellsError, OSError) as err:
+        return str(err)
+    here = version_label(code_version(sweep.app if sweep.backend == "flwr" else APP_ROOT))
+    theirs = sorted({r["code-version"] for r in rows})
+    if theirs and theirs != [here] and not mixed_versions:
+        return (f"the cells of {path} ran on {', '.join(map(short_label, theirs))}, this "
+                f"checkout is {short_label(here)}: run the rest on their commit (git worktree "
+                f"add /tmp/at-{short_label(theirs[0])} {theirs[0].split('+')[0]}; run the sweep "
+                "there), or mix versions with --mixed-versions")
+    have = {f"{r['setting'] or '-'}/{r['method']}/{r['seed']}" for r in rows}
+    skipped = [c for c in sweep.cells if cell_name(c) in have]
+    sweep.cells = [c for c in sweep.cells if cell_name(c) not in have]
+    print(f"{len(skipped)} of the cells are in {path}: not run", flush=True)
+    return None
 
 
 def _go(sweep, args) -> int:

@@ -1,0 +1,61 @@
+"""docs/fedacg-fmnist.md's measured blocks: FedACG's Table 1 protocol (`fedacg-table`) and
+FedAGM's Table 6 column (`fedagm-table`) on Fashion-MNIST, from their sweeps.
+
+    python -m experiments.sweep sweeps/fedacg-t1-fmnist.yaml --jobs 2    # the runs (hours)
+    python -m pages.fedacg_fmnist --out-dir runs/sweeps     # the FedACG table, its CSVs, plots
+    python -m pages.fedacg_fmnist --merge --out-dir D      # the committed cells and D's
+    python -m pages.fedacg_fmnist --from-csv               # from docs/fedacg-fmnist-cells.csv
+    python -m pages.fedacg_fmnist --fedagm --out-dir runs/sweeps   # FedAGM's column
+
+What each block holds, where its numbers come from and how it is written: `pages.sweep_page`;
+a table run in parts: docs/results.md#a-table-in-parts.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from pages.examples import ROOT
+from pages.sweep_page import SweepPage
+
+PAGE = ROOT / "docs" / "fedacg-fmnist.md"
+
+
+def paper_cell(row: list | None) -> str:
+    """A reported [EMA at 500, EMA at 1000, rounds to X, rounds to Y] as 'EMA 500 / EMA 1000'
+    ('-' where the paper has no such row)."""
+    return "-" if row is None else f"{row[0]:.2f} / {row[1]:.2f}"
+
+
+def explain(rounds: list[int]) -> str:
+    at = ", ".join(f"{r}" for r in rounds)
+    return ("Last 10R: the mean test accuracy of the last 10 rounds, the number one rerun of a "
+            "cell can be compared with; Final acc.: the test accuracy of the last round (500), "
+            f"mean ± std over the seeds; Acc. at {at}R: its EMA (0.9), the paper's measure; "
+            "rounds to X%: the first round whose EMA reaches X, `T+` if none did. The paper's "
+            "column: its CIFAR-10 table (ResNet-18-GN, 1,000 rounds), EMA at rounds 500 and "
+            "1,000, for comparison only: another dataset and model.")
+
+
+FEDACG = SweepPage(
+    module="pages.fedacg_fmnist", sweep_file=ROOT / "sweeps" / "fedacg-t1-fmnist.yaml",
+    page=PAGE, block="fedacg-table", stem="fedacg-fmnist",
+    paper_header="FedACG's CIFAR-10, EMA 500 / 1000 (%)", paper_cell=paper_cell,
+    explain=explain)
+FEDAGM = SweepPage(
+    module="pages.fedacg_fmnist --fedagm", sweep_file=ROOT / "sweeps" / "fedagm-t6-fmnist.yaml",
+    page=PAGE, block="fedagm-table", stem="fedagm-fmnist",
+    paper_header="FedAGM's CIFAR-10, EMA 500 / 1000 (%)", paper_cell=paper_cell,
+    explain=explain)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--fedagm" in argv:
+        argv.remove("--fedagm")
+        return FEDAGM.main(argv, __doc__)
+    return FEDACG.main(argv, __doc__)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,218 @@
+"""A results page built in parts (docs/results.md#a-table-in-parts): the curves CSV
+(`reporting.curves`) read back as written and refused one fault at a time, the page's `--merge`
+of the committed CSVs with new run folders, and the sweep's `--done-in`, which leaves out the
+cells a CSV holds and refuses to run them on other code."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+
+from reporting.cells import CellsError
+from reporting.curves import curves_csv, read_curves_csv
+
+COMMIT = "c" * 40
+
+
+def finish(cell, accs: list[float], wall: float = 60.0, commit: str = COMMIT,
+           diverged: bool = False) -> None:
+    """A finished cell's results.json and sweep-cell.json, as a run writes them: test accuracy
+    `accs[r-1]` after round r, its EMA as the run computes it."""
+    ema, rows = None, [{"round": 0, "test-acc": 0.1}]
+    for r, acc in enumerate(accs, 1):
+        ema = acc if ema is None else 0.9 * ema + 0.1 * acc
+        rows.append({"round": r, "test-acc": acc, "ema-acc": ema, "seconds": 1.0})
+    cell.run_dir.mkdir(parents=True, exist_ok=True)
+    (cell.run_dir / "results.json").write_text(json.dumps({
+        "config": cell.run_config, "status": "failed" if diverged else "complete",
+        **({"failure": "diverged"} if diverged else {}),
+        "summary": {"complete": not diverged, "wall-seconds": wall}, "rounds": rows}))
+    (cell.run_dir / "sweep-cell.json").write_text(json.dumps(
+        cell.description() | {"code-version": {"commit": commit, "dirty": False}}))
+
+
+# --- the curves CSV ---------------------------------------------------------------------------
+
+CELLS = [{"setting": "a", "method": "FedAvg", "seed": 0, "curve": ([1, 2, 3], [0.5, 0.25, 0.75])},
+         {"setting": "a", "method": "FedACG", "seed": 1, "curve": ([1, 2], [0.1, 0.2])},
+         {"setting": "", "method": "M, \"quoted\"", "seed": -2, "curve": ([2], [1.0])}]
+
+
+def test_the_curves_csv_reads_back_what_it_wrote(tmp_path):
+    path = tmp_path / "c.csv"
+    path.write_text(curves_csv(CELLS))
+    assert path.read_text().splitlines()[:2] == ["setting,method,seed,1,2,3",
+                                                 "a,FedAvg,0,0.5,0.25,0.75"]
+    assert read_curves_csv(path) == {"a/FedAvg/0": ([1, 2, 3], [0.5, 0.25, 0.75]),
+                                     "a/FedACG/1": ([1, 2], [0.1, 0.2]),
+                                     '-/M, "quoted"/-2': ([2], [1.0])}
+
+
+# one fault at a time, each side of each boundary: (how the good file is changed, refused?)
+FAULTS = [
+    (lambda t: t.replace("a,FedAvg,0,0.5", "a,FedAvg,0,1.0"), False),
+    (lambda t: t.replace("a,FedAvg,0,0.5", "a,FedAvg,0,1.0000001"), True),
+    (lambda t: t.replace("a,FedAvg,0,0.5", "a,FedAvg,0,0.0"), False),
+    (lambda t: t.replace("a,FedAvg,0,0.5", "a,FedAvg,0,-0.0001"), True),
+    (lambda t: t.replace("a,FedAvg,0,0.5", "a,FedAvg,0,nan"), True),
+    (lambda t: t.replace("a,FedAvg,0,0.5", "a,FedAvg,0,inf"), True),
+    (lambda t: t.replace("a,FedAvg,0,0.5", "a,FedAvg,0,x"), True),
+    (lambda t: t.replace("a,FedAvg,0,0.5", "a,FedAvg,zero,0.5"), True),
+    (lambda t: t.replace("a,FedAvg,0,0.5", "a,FedAvg,0.0,0.5"), True),
+    (lambda t: t.replace("a,FedACG,1,", "a,FedAvg,0,"), True),  # a cell twice
+    (lambda t: t.replace("a,FedACG,1,", "a,FedACG,0,"), False),  # (another seed: fine)
+    (lambda t: t.replace("0.25,0.75", "0.25,0.75,0.5"), True),  # a field more
+    (lambda t: t.replace("0.25,0.75", "0.25"), True),  # a field less
+    (lambda t: t.replace("seed,1,2,3", "seed,1,3,2"), True),
+    (lambda t: t.replace("seed,1,2,3", "seed,0,1,2"), True),
+    (lambda t: t.replace("setting,method", "method,setting"), True),
+    (lambda t: "", True),
+]
+
+
+@pytest.mark.parametrize("change, refused", FAULTS)
+def test_a_curves_csv_with_one_fault_is_refused_naming_it(tmp_path, change, refused):
+    path = tmp_path / "c.csv"
+    path.write_text(change(curves_csv(CELLS)))
+    if not refused:
+        read_curves_csv(path)
+        return
+    with pytest.raises(CellsError, match=r"c\.csv( line \d+| is empty).*write it again"):
+        read_curves_csv(path)
+
+
+def test_a_curves_csv_behind_a_link_is_not_read(tmp_path):
+    import os
+
+    (tmp_path / "real.csv").write_text(curves_csv(CELLS))
+    os.symlink(tmp_path / "real.csv", tmp_path / "c.csv")
+    with pytest.raises(OSError, match="link"):
+        read_curves_csv(tmp_path / "c.csv")
+
+
+# --- the page built in parts ------------------------------------------------------------------
+
+def _page(tmp_path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    page = docs / "fedacg-fmnist.md"
+    page.write_text("# p\n\n<!-- example:fedacg-table -->\n<!-- /example:fedacg-table -->\n")
+    return docs, page
+
+
+def _table(page) -> list[str]:
+    return [line for line in page.read_text().splitlines() if line.startswith("| Fed")]
+
+
+def test_a_page_merges_the_committed_cells_with_a_later_part(tmp_path):
+    """Part 1 (two cells, one diverged) written to the CSVs; its run folders removed; part 2 (a
+    third cell, and seed 0 of FedAvg again with other numbers) merged in: the table holds all
+    three rows' cells, part 2's FedAvg/0 replacing part 1's, and the curves CSV every round of
+    every cell. The statistics are checked against a hand computation."""
+    import shutil
+
+    from experiments.sweep import load_sweep
+    from pages.fedacg_fmnist import FEDACG, main
+
+    docs, page = _page(tmp_path)
+    one = load_sweep(FEDACG.sweep_file, out_dir=tmp_path / "one")
+    cell = {(c.method, c.seed): c for c in one.cells if c.setting == "5of100-dir0.3"}
+    finish(cell["FedAvg", 0], [0.5] * 490 + [0.8] * 10)
+    finish(cell["FedCM", 0], [0.3, 0.2], diverged=True)
+    assert main(["--out-dir", str(tmp_path / "one"), "--docs", str(docs)]) == 0
+    rows = list(csv.DictReader(io.StringIO((docs / "fedacg-fmnist-cells.csv").read_text())))
+    assert [(r["method"], r["seed"], r["status"], r["rounds"]) for r in rows] == [
+        ("FedAvg", "0", "complete", "500"), ("FedCM", "0", "diverged", "2")]
+    assert float(rows[0]["last10-acc"]) == pytest.approx(0.8)
+    assert _table(page)[0].startswith("| FedAvg | 80.00 | 80.00 | 74.36 / 82.53 |")
+    assert "2 of its 84 cells had finished" in page.read_text()
+    shutil.rmtree(tmp_path / "one")
+
+    two = load_sweep(FEDACG.sweep_file, out_dir=tmp_path / "two")
+    cell = {(c.method, c.seed): c for c in two.cells if c.setting == "5of100-dir0.3"}
+    finish(cell["FedAvg", 0], [0.6] * 500)
+    finish(cell["FedACG", 1], [0.7] * 500)
+    assert main(["--merge", "--out-dir", str(tmp_path / "two"), "--docs", str(docs)]) == 0
+    rows = list(csv.DictReader(io.StringIO((docs / "fedacg-fmnist-cells.csv").read_text())))
+    assert [(r["method"], r["seed"], r["final-test-acc"]) for r in rows] == [
+        ("FedAvg", "0", "0.6"), ("FedCM", "0", "0.2"), ("FedACG", "1", "0.7")]
+    assert [line.split(" | ")[:3] for line in _table(page)] == [
+        ["| FedAvg", "60.00", "60.00"], ["| FedCM", "Failed (1/1)", "Failed (1/1)"],
+        ["| FedACG", "70.00", "70.00"]]
+    assert "3 of its 84 cells had finished" in page.read_text()
+    curves = read_curves_csv(docs / "fedacg-fmnist-curves.csv")
+    assert curves["5of100-dir0.3/FedCM/0"] == ([1, 2], [0.3, 0.2])
+    assert curves["5of100-dir0.3/FedAvg/0"] == (list(range(1, 501)), [0.6] * 500)
+    assert sorted(p.name for p in docs.glob("*.png")) == [
+        "fedacg-fmnist-acc-5of100-dir0.3.png", "fedacg-fmnist-ema-5of100-dir0.3.png"]
+
+    # from the CSVs alone: the same table, the CSVs untouched
+    written = (docs / "fedacg-fmnist-cells.csv").read_text()
+    table = _table(page)
+    shutil.rmtree(tmp_path / "two")
+    assert main(["--from-csv", "--docs", str(docs)]) == 0
+    assert _table(page) == table and (docs / "fedacg-fmnist-cells.csv").read_text() == written
+
+
+def test_a_merge_of_cells_of_another_commit_is_refused(tmp_path):
+    from experiments.sweep import load_sweep
+    from pages.fedacg_fmnist import FEDACG, main
+
+    docs, page = _page(tmp_path)
+    one = load_sweep(FEDACG.sweep_file, out_dir=tmp_path / "one")
+    finish(one.cells[0], [0.5] * 3)
+    assert main(["--out-dir", str(tmp_path / "one"), "--docs", str(docs)]) == 0
+    before = page.read_text(), (docs / "fedacg-fmnist-cells.csv").read_text()
+    two = load_sweep(FEDACG.sweep_file, out_dir=tmp_path / "two")
+    finish(two.cells[1], [0.5] * 3, commit="d" * 40)
+    assert main(["--merge", "--out-dir", str(tmp_path / "two"), "--docs", str(docs)]) == 2
+    assert (page.read_text(), (docs / "fedacg-fmnist-cells.csv").read_text()) == before
+    assert main(["--merge", "--out-dir", str(tmp_path / "two"), "--docs", str(docs),
+                 "--mixed-versions"]) == 0
+    assert "2 code versions" in page.read_text()
+
+
+def _csv_with(sweep, names: set[str], version: str) -> str:
+    from reporting.cells import cells_csv, cell_name
+
+    cells = [{"setting": c.setting, "method": c.method, "seed": c.seed, "code-version": version,
+              "summary": {"rounds": 500, "acc-at-round": {}, "rounds-to-acc": {},
+                          "bytes-total": 1}}
+             for c in sweep.cells if cell_name({"setting": c.setting, "method": c.method,
+                                                "seed": c.seed}) in names]
+    return cells_csv(cells, [], [])
+
+
+def test_the_sweep_leaves_out_the_cells_a_csv_holds_on_their_code_only(tmp_path, capsys):
+    from experiments.sweep import load_sweep, main
+    from pages.fedacg_fmnist import FEDACG
+    from reporting.code_version import APP_ROOT, code_version, version_label
+
+    sweep = load_sweep(FEDACG.sweep_file, out_dir=tmp_path / "out")
+    here = version_label(code_version(APP_ROOT))
+    done = {"5of100-dir0.3/FedAvg/0", "5of100-dir0.3/FedAvg/2", "10of500-dir0.3/FedACG/1"}
+    (tmp_path / "cells.csv").write_text(_csv_with(sweep, done, here))
+    args = [str(FEDACG.sweep_file), "--out-dir", str(tmp_path / "out"), "--dry-run",
+            "--done-in", str(tmp_path / "cells.csv")]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    listed = {"/".join(p.strip() for p in line[8:].split("|")[:3]).replace("seed ", "")
+              for line in out.splitlines() if line.startswith("to run")}
+    assert "3 of the cells are in" in out and len(listed) == 84 - 3
+    assert not listed & done and "5of100-dir0.3/FedAvg/1" in listed
+
+    (tmp_path / "cells.csv").write_text(_csv_with(sweep, done, "e" * 40))
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "ran on eeeeeeeeeeee" in err and "git worktree add" in err and "e" * 40 in err
+    assert main(args + ["--mixed-versions"]) == 0
+    assert "3 of the cells are in" in capsys.readouterr().out
+
+    (tmp_path / "cells.csv").write_text(_csv_with(sweep, {
+        f"{c.setting}/{c.method}/{c.seed}" for c in sweep.cells}, here))
+    assert main(args) == 0 and "nothing to run" in capsys.readouterr().out
+    assert main(args[:-1] + [str(tmp_path / "none.csv")]) == 2
+    assert "none.csv does not exist" in capsys.readouterr().err
