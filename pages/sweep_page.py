@@ -67,9 +67,11 @@ class SweepPage:
     page : the page (in this repository's docs/); its CSVs and plots are written beside it.
     block : the name of its measured block's markers.
     stem : the prefix of its files: <stem>-cells.csv, <stem>-curves.csv, <stem>-ema-<setting>.png.
-    paper_header : the header of the paper's column.
+    paper_header : the header of the paper's column (None: no such column).
     paper_cell : a set-up's reported row for the method (None: the paper has none) as shown.
     explain : the block's last sentences, after the count of cells: what each column is.
+    extra : Markdown put after the tables (e.g. heatmaps it draws into the docs folder), from
+        the sweep, the tabulated cells and the docs folder; None: nothing.
     """
 
     module: str
@@ -77,9 +79,10 @@ class SweepPage:
     page: Path
     block: str
     stem: str
-    paper_header: str
+    paper_header: str | None
     paper_cell: Callable[[list | None], str]
     explain: Callable[[list[int]], str]
+    extra: Callable[[Any, list, Path], str] | None = None
 
     @property
     def cells_name(self) -> str:
@@ -132,6 +135,8 @@ class SweepPage:
                  if from_csv is None else f"{self.cells_name}, the cells' own CSV")
         text = self._text(sweep, chosen, len(every), rounds, targets, where, note, cells,
                           from_csv is None)
+        if self.extra is not None:
+            text = f"{self.extra(sweep, chosen, docs).rstrip()}\n\n{text}"
         if from_csv is not None and not merge:
             return Measured(text)
         from reporting.cells import cells_csv
@@ -235,10 +240,12 @@ class SweepPage:
             if not group:
                 continue
             reported = setup_of[setting]["reported"]["rows"]
-            rows = [row[:PAPER_AT] + [self.paper_cell(reported.get(method_of[m.method]))]
-                    + row[PAPER_AT:] for m, row in zip(group, table_rows(group, rounds, targets))]
+            rows = table_rows(group, rounds, targets)
             head = header(rounds, targets)
-            head = head[:PAPER_AT] + [self.paper_header] + head[PAPER_AT:]
+            if self.paper_header is not None:
+                rows = [row[:PAPER_AT] + [self.paper_cell(reported.get(method_of[m.method]))]
+                        + row[PAPER_AT:] for m, row in zip(group, rows)]
+                head = head[:PAPER_AT] + [self.paper_header] + head[PAPER_AT:]
             stem, name = slug(setting), md_text(setting)
             parts.append(f"### {name}: {setup_of[setting]['description']}\n\n"
                          f"{markdown(head, rows)}\n\n"

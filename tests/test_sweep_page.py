@@ -216,3 +216,60 @@ def test_the_sweep_leaves_out_the_cells_a_csv_holds_on_their_code_only(tmp_path,
     assert main(args) == 0 and "nothing to run" in capsys.readouterr().out
     assert main(args[:-1] + [str(tmp_path / "none.csv")]) == 2
     assert "none.csv does not exist" in capsys.readouterr().err
+
+
+# --- the momentum grid ------------------------------------------------------------------------
+
+def _cell(setting, method, seed, ema, diverged=False):
+    return {"setting": setting, "method": method, "seed": seed,
+            "summary": {"final-ema-acc": ema, "diverged": diverged}}
+
+
+def test_the_grid_pairs_each_gain_by_seed_and_counts_diverged_seeds_apart():
+    """By hand: column a, FedAvg 0.50 / 0.60 / 0.70 on seeds 0-2; M at 0.5: 0.55 / 0.50 /
+    diverged -> gains +5 and -10 paired (mean -2.5, 2 paired), 1 of 3 diverged; M at 0.9 in
+    column a: seed 2 only, 0.9 against FedAvg's 0.70 -> +20 (1 paired, 0/1); column b has no
+    FedAvg seed 1, so M's seed 1 there is not paired."""
+    from reporting.grid import knob_grid
+
+    cells = [_cell("a", "FedAvg", 0, 0.5), _cell("a", "FedAvg", 1, 0.6),
+             _cell("a", "FedAvg", 2, 0.7), _cell("a", "M 0.5", 0, 0.55),
+             _cell("a", "M 0.5", 1, 0.5), _cell("a", "M 0.5", 2, 0.1, diverged=True),
+             _cell("a", "M 0.9", 2, 0.9), _cell("b", "FedAvg", 0, 0.4),
+             _cell("b", "M 0.5", 0, 0.3), _cell("b", "M 0.5", 1, 0.9),
+             _cell("b", "FedAvg", 2, 0.5, diverged=True), _cell("b", "M 0.9", 2, 0.6)]
+    grid = knob_grid(cells, {"M 0.9": ("M", 0.9), "M 0.5": ("M", 0.5)}, "FedAvg", ["a", "b"])
+    assert grid.values == {"M": [0.5, 0.9]}
+    assert grid.gain["M"][0.5]["a"] == pytest.approx(-2.5)
+    assert grid.gain["M"][0.9]["a"] == pytest.approx(20.0)
+    assert grid.gain["M"][0.5]["b"] == pytest.approx(-10.0)  # seed 0 alone
+    assert grid.gain["M"][0.9]["b"] is None  # its baseline seed diverged
+    assert grid.paired["M"][0.5] == {"a": 2, "b": 1}
+    assert grid.diverged["M"][0.5] == {"a": (1, 3), "b": (0, 2)}
+    assert grid.diverged["M"][0.9] == {"a": (0, 1), "b": (0, 1)}
+
+
+def test_the_grid_page_draws_its_heatmaps_from_the_cells(tmp_path):
+    from experiments.sweep import load_sweep
+    from pages.momentum_grid import GRID, main, rows_of
+
+    sweep = load_sweep(GRID.sweep_file, out_dir=tmp_path / "out")
+    rows = rows_of(sweep)
+    assert rows["FedAvgM lam 0.95"] == ("FedAvgM", 0.95)
+    assert rows["FedACG lam 0.0"] == ("FedACG", 0.0)
+    assert rows["FedACG + GC-Fed lam 0.85"] == ("FedACG + GC-Fed", 0.85)
+    assert "FedAvg" not in rows and len(rows) == 11
+    for cell in sweep.cells:
+        if cell.seed == 0 and cell.setting == "5of100-mom0.9" and cell.method in (
+                "FedAvg", "FedACG lam 0.85"):
+            finish(cell, [0.5 if cell.method == "FedAvg" else 0.6] * 3)
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "momentum-grid.md").write_text(
+        "<!-- example:momentum-grid -->\n<!-- /example:momentum-grid -->\n")
+    assert main(["--out-dir", str(tmp_path / "out"), "--docs", str(docs)]) == 0
+    text = (docs / "momentum-grid.md").read_text()
+    assert "![final EMA gain over FedAvg" in text and "2 of its 144 cells" in text
+    for name in ("momentum-grid-gain.png", "momentum-grid-diverged.png"):
+        assert (docs / name).read_bytes().startswith(b"\x89PNG")
+    assert "| FedACG lam 0.85 | 60.00 |" in text

@@ -1,0 +1,77 @@
+"""docs/momentum-grid.md's measured block: where server momentum breaks (FedAvgM, FedACG and
+FedACG + GC-Fed at server momentum lambda 0-0.95 against local momentum and participation on
+Fashion-MNIST), from `sweeps/momentum-grid-fmnist.yaml`.
+
+    python -m experiments.sweep sweeps/momentum-grid-fmnist.yaml --jobs 2   # the runs (hours)
+    python -m pages.momentum_grid --out-dir runs/sweeps       # heatmaps, tables, CSVs
+    python -m pages.momentum_grid --merge --out-dir D         # the committed cells and D's
+    python -m pages.momentum_grid --from-csv                  # from docs/momentum-grid-cells.csv
+
+The block holds two heatmaps (`reporting.grid`: the mean final EMA gain over FedAvg, paired by
+seed, and the share of seeds that diverged, for each family and lambda against each column),
+then the per-column tables; where its numbers come from and how it is written:
+`pages.sweep_page`.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from pages.examples import ROOT
+from pages.sweep_page import SweepPage
+
+FAMILIES = {"fedavgm": "FedAvgM", "fedacg": "FedACG", "fedacg+gcfed": "FedACG + GC-Fed"}
+BASELINE = "FedAvg"
+
+
+def rows_of(sweep) -> dict[str, tuple[str, float]]:
+    """{sweep method name: (family, server momentum lambda)} of the grid's rows (not FedAvg)."""
+    from run_config import resolve
+
+    rows = {}
+    for cell in sweep.cells:
+        family = FAMILIES.get(cell.run_config["method"])
+        if family and cell.method not in rows:
+            rows[cell.method] = (family, float(resolve(cell.run_config)["lam"]))
+    return rows
+
+
+def heatmaps(sweep, cells: list, docs: Path) -> str:
+    """The two heatmaps, drawn into `docs`, and their Markdown."""
+    from reporting.grid import knob_grid, plot_grid
+
+    grid = knob_grid(cells, rows_of(sweep), BASELINE, list(sweep.settings))
+    plot_grid(grid, docs / "momentum-grid-gain.png", "gain",
+              "final EMA minus FedAvg's (points; seeds paired)")
+    plot_grid(grid, docs / "momentum-grid-diverged.png", "diverged",
+              "seeds that diverged")
+    return ("### The grid\n\n"
+            "![final EMA gain over FedAvg, by server momentum and column](momentum-grid-gain.png)"
+            "\n![share of seeds that diverged](momentum-grid-diverged.png)\n\n"
+            "Each square: the mean over seeds of the final EMA test accuracy minus FedAvg's in "
+            "the same column and seed (percentage points; the number of seeds paired under it; "
+            "a diverged seed is not paired), and the seeds that diverged of those run.")
+
+
+def explain(rounds: list[int]) -> str:
+    at = ", ".join(f"{r}" for r in rounds)
+    return ("Last 10R: the mean test accuracy of the last 10 rounds; Final acc.: the test "
+            "accuracy of the last round (200), mean ± std over the seeds; Acc. at "
+            f"{at}R: its EMA (0.9); rounds to X%: the first round whose EMA reaches X. No paper "
+            "has this grid.")
+
+
+GRID = SweepPage(
+    module="pages.momentum_grid", sweep_file=ROOT / "sweeps" / "momentum-grid-fmnist.yaml",
+    page=ROOT / "docs" / "momentum-grid.md", block="momentum-grid", stem="momentum-grid",
+    paper_header=None, paper_cell=str, explain=explain,
+    extra=heatmaps)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return GRID.main(argv, __doc__)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

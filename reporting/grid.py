@@ -1,0 +1,113 @@
+"""A grid of one knob against the columns of a sweep (`knob_grid`): for each family of rows (e.g.
+FedAvgM, FedACG) and each value of its knob (server momentum lambda), per column (setting), the
+mean over seeds of the final EMA's gain over the baseline row of the same column and seed, and
+the share of seeds that diverged; drawn as heatmaps by `plot_grid`.
+
+A gain is paired by seed (a seed is the same split, client sampling and initial model in every
+row), over the seeds where both the cell and the baseline completed; a diverged cell counts in
+the share, never in the gain.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class Grid:
+    """gain[family][value][column] (percentage points, None where no seed pairs) and
+    diverged[family][value][column] (k, n): k of the n seeds present diverged."""
+
+    columns: list[str]
+    values: dict[str, list[float]] = field(default_factory=dict)  # each family's knob values
+    gain: dict[str, dict[float, dict[str, float | None]]] = field(default_factory=dict)
+    paired: dict[str, dict[float, dict[str, int]]] = field(default_factory=dict)
+    diverged: dict[str, dict[float, dict[str, tuple[int, int]]]] = field(default_factory=dict)
+
+
+def knob_grid(cells: Sequence[dict[str, Any]], rows: dict[str, tuple[str, float]],
+              baseline: str, columns: Sequence[str]) -> Grid:
+    """The grid of `cells` (reporting.cells' cells: setting, method, seed, summary), whose
+    method names map by `rows` to (family, knob value); `baseline` is the method name of the
+    reference row; `columns` the settings in order."""
+    base = {(c["setting"], c["seed"]): c["summary"] for c in cells if c["method"] == baseline}
+    grid = Grid(list(columns))
+    by_cell: dict[tuple[str, float, str], list[dict]] = {}
+    for c in cells:
+        if c["method"] not in rows:
+            continue
+        family, value = rows[c["method"]]
+        by_cell.setdefault((family, value, c["setting"]), []).append(c)
+    for family, value in dict.fromkeys(rows.values()):
+        grid.values.setdefault(family, []).append(value)
+        for column in columns:
+            group = by_cell.get((family, value, column), [])
+            gains = []
+            for c in group:
+                b = base.get((column, c["seed"]))
+                s = c["summary"]
+                if s.get("diverged") or not b or b.get("diverged") or \
+                        s.get("final-ema-acc") is None or b.get("final-ema-acc") is None:
+                    continue
+                gains.append(100 * (s["final-ema-acc"] - b["final-ema-acc"]))
+            k = sum(bool(c["summary"].get("diverged")) for c in group)
+            grid.gain.setdefault(family, {}).setdefault(value, {})[column] = (
+                sum(gains) / len(gains) if gains else None)
+            grid.paired.setdefault(family, {}).setdefault(value, {})[column] = len(gains)
+            grid.diverged.setdefault(family, {}).setdefault(value, {})[column] = (k, len(group))
+    for family in grid.values:
+        grid.values[family] = sorted(grid.values[family])
+    return grid
+
+
+def plot_grid(grid: Grid, path: Path, what: str, title: str = "") -> Path:
+    """One heatmap a family, side by side: knob values (rows) x columns; `what` 'gain' (the
+    mean gain in points, red below 0, blue above, the seeds paired written under it) or
+    'diverged' (the share of seeds that diverged, k/n written)."""
+    from matplotlib.figure import Figure
+
+    from fileio.atomic import write_atomic
+
+    families = list(grid.values)
+    fig = Figure(figsize=(3.2 * len(families) + 1.2, 0.55 * max(
+        len(v) for v in grid.values.values()) + 1.6), dpi=100)
+    axes = fig.subplots(1, len(families), squeeze=False)[0]
+    for ax, family in zip(axes, families):
+        values = grid.values[family]
+        data, labels = [], []
+        for v in values:
+            row, row_labels = [], []
+            for col in grid.columns:
+                if what == "gain":
+                    g = grid.gain[family][v][col]
+                    n = grid.paired[family][v][col]
+                    row.append(float("nan") if g is None else g)
+                    row_labels.append("-" if g is None else f"{g:+.1f}\n({n})")
+                else:
+                    k, n = grid.diverged[family][v][col]
+                    row.append(float("nan") if n == 0 else k / n)
+                    row_labels.append("-" if n == 0 else f"{k}/{n}")
+            data.append(row)
+            labels.append(row_labels)
+        if what == "gain":
+            top = max([abs(x) for r in data for x in r if x == x] + [1.0])
+            image = ax.imshow(data, cmap="RdBu", vmin=-top, vmax=top, aspect="auto")
+        else:
+            image = ax.imshow(data, cmap="Reds", vmin=0.0, vmax=1.0, aspect="auto")
+        for i, row_labels in enumerate(labels):
+            for j, text in enumerate(row_labels):
+                ax.text(j, i, text, ha="center", va="center", fontsize=7)
+        ax.set_xticks(range(len(grid.columns)), grid.columns, rotation=30, ha="right",
+                      fontsize=7)
+        ax.set_yticks(range(len(values)), [f"{v:g}" for v in values], fontsize=7)
+        ax.set_ylabel("server momentum lambda", fontsize=8)
+        ax.set_title(family, fontsize=9)
+        fig.colorbar(image, ax=ax, shrink=0.8)
+    if title:
+        fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    write_atomic(Path(path), lambda f: fig.savefig(f, format="png"))
+    return Path(path)
