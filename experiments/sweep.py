@@ -35,7 +35,8 @@ import sys
 from fnmatch import fnmatchcase
 from pathlib import Path
 
-from reporting.code_version import short_label
+from reporting.cells import CellsError, read_cells_csv
+from reporting.code_version import APP_ROOT, code_version, short_label, version_label
 
 from .sweep_cells import (cell_name, cell_version, cells_to_run, command, is_done, is_result,
                           num_nodes_of, run_sweep, start_cell, sweep_folder)
@@ -123,9 +124,6 @@ def main(argv: list[str] | None = None) -> int:
 def _skip_done(sweep, path: Path, mixed_versions: bool) -> str | None:
     """Drop from `sweep.cells` the cells the cells CSV at `path` holds (reporting.cells), after
     checking that they ran on the code this sweep runs on; the problem, or None."""
-    from reporting.cells import CellsError, read_cells_csv
-    from reporting.code_version import APP_ROOT, code_version, version_label
-
     try:
         rows, _, _ = read_cells_csv(path)
     except FileNotFoundError:

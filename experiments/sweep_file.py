@@ -26,6 +26,8 @@ from fileio.names import safe_name
 from fileio.reading import CONFIG_FILE_LIMIT, read_text_bounded
 from fileio.yaml_file import read_yaml
 from run_config import ConfigError, resolve
+from run_config.coerce import coerce
+from run_config.schema import KEYS_BY_NAME
 
 APP_DIR = Path(__file__).resolve().parents[1]  # this repository is the Flower app
 SWEEP_KEYS = {
@@ -197,6 +199,22 @@ def count_cells(settings: dict, methods: dict, seeds: list, path: Path, max_cell
     return count
 
 
+def _no_value_replaced(run: dict, resolved: dict, where: str) -> None:
+    """SweepError where a set-up replaced a value the cell gives: a set-up fills every key
+    still at its default, so a default given on purpose (local-momentum 0.0 under a set-up of
+    0.9) would otherwise run as the set-up's value without a word."""
+    for name, given in run.items():
+        key = KEYS_BY_NAME.get(name)
+        if key is None or name in ("setup", "method", "setup-overrides") or given == "preset":
+            continue
+        if coerce(key, given) != resolved[name]:
+            raise SweepError(
+                f"{where}: '{name}' = {given!r} is its default, so the set-up "
+                f"'{resolved['setup']}' replaces it with {resolved[name]!r}. To run "
+                f"{given!r}, add setup-overrides: '{name}' to the cell's keys "
+                "(docs/setups.md#a-default-given-on-purpose)")
+
+
 def load_sweep(path: Path, out_dir: Path | None = None, connection: str | None = None,
                backend: str | None = None, max_cells: int = MAX_CELLS) -> Sweep:
     """The sweep file `path` read and checked, every cell made and its run config checked;
@@ -254,9 +272,10 @@ def load_sweep(path: Path, out_dir: Path | None = None, connection: str | None =
                 run.update({"seed": seed, "out-dir": str(out), "run-name": run_dir.name})
                 where = f"cell ({s_name or 'default'}, {m_name}, seed {seed})"
                 try:
-                    resolve(run)  # every cell's config is checked before anything runs
+                    resolved = resolve(run)  # every cell's config is checked before anything runs
                 except ConfigError as err:
                     raise SweepError(f"{where}: {err}") from None
+                _no_value_replaced(run, resolved, where)
                 federation = {**common_fed, **s_fed, **m_fed}
                 for value in federation.values():
                     toml_value(value, f"{where}: federation-config")

@@ -1,11 +1,13 @@
-"""docs/fedacg-fmnist.md's measured blocks: FedACG's Table 1 protocol (`fedacg-table`) and
-FedAGM's Table 6 column (`fedagm-table`) on Fashion-MNIST, from their sweeps.
+"""docs/fedacg-fmnist.md's measured blocks: FedACG's Table 1 protocol (`fedacg-table`), its CNN
+column (`cnn-table`) and FedAGM's Table 6 column (`fedagm-table`) on Fashion-MNIST, from their
+sweeps.
 
     python -m experiments.sweep sweeps/fedacg-t1-fmnist.yaml --jobs 2    # the runs (hours)
     python -m pages.fedacg_fmnist --out-dir runs/sweeps     # the FedACG table, its CSVs, plots
     python -m pages.fedacg_fmnist --merge --out-dir D      # the committed cells and D's
     python -m pages.fedacg_fmnist --from-csv               # from docs/fedacg-fmnist-cells.csv
     python -m pages.fedacg_fmnist --fedagm --out-dir runs/sweeps   # FedAGM's column
+    python -m pages.fedacg_fmnist --cnn --out-dir runs/sweeps      # the CNN column
 
 What each block holds, where its numbers come from and how it is written: `pages.sweep_page`;
 a table run in parts: docs/results.md#a-table-in-parts.
@@ -49,11 +51,20 @@ FEDAGM = SweepPage(
     explain=explain)
 
 
+CNN = SweepPage(
+    module="pages.fedacg_fmnist --cnn", sweep_file=ROOT / "sweeps" / "fedacg-t1-fmnist-cnn.yaml",
+    page=PAGE, block="cnn-table", stem="fedacg-fmnist-cnn",
+    paper_header="FedACG's CIFAR-10, EMA 500 / 1000 (%)", paper_cell=paper_cell,
+    explain=explain)
+TABLES = {"--fedagm": FEDAGM, "--cnn": CNN}  # the page's other blocks; FEDACG without a flag
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if "--fedagm" in argv:
-        argv.remove("--fedagm")
-        return FEDAGM.main(argv, __doc__)
+    for flag, table in TABLES.items():
+        if flag in argv:
+            argv.remove(flag)
+            return table.main(argv, __doc__)
     return FEDACG.main(argv, __doc__)
 
 

@@ -154,7 +154,8 @@ exist where the ServerApp and the ClientApps run; shipped set-ups travel inside 
 method and values replace every run-config key that still holds its default; any key given
 another value on the command line wins (`method`, `lr`, `num-server-rounds`, `dataset-path`,
 ...). Flower hands the ServerApp defaults and command-line values alike, so a key given exactly
-its default value keeps the set-up's value. `method` defaults to `auto` (the set-up's method;
+its default value keeps the set-up's value, unless `setup-overrides` names it ([a default given
+on purpose](#a-default-given-on-purpose)). `method` defaults to `auto` (the set-up's method;
 `fedacg` without a set-up). The federation size is not a run-config value: pass the
 `num-supernodes` of the table (the server warns when the number of connected nodes differs).
 The app's ratio limits on one reply's influence (`update-norm-ratio`, `update-clip-ratio`,
@@ -169,6 +170,19 @@ the tests). Where a set-up's values come from, and what had to be inferred:
 None of these set-ups has been run to the end here (they need the hub datasets and a GPU); the
 `reported.rows` are the papers' numbers, not ours. How close each set-up is to its authors' code,
 element by element, and what still differs: [fidelity](#fidelity).
+
+### A default given on purpose
+
+To run a set-up with a key at its default where the set-up sets another value (no local momentum
+under GC-Fed's 0.9; no weight decay), name the key in `setup-overrides`:
+
+```bash
+flwr run . --stream --run-config "setup='gcfed-t5-fmnist-5of100-lda0.1' local-momentum=0.0 \\
+    lr=0.1 setup-overrides='local-momentum'" --federation-config "num-supernodes=100"
+```
+
+A sweep refuses a cell whose value a set-up would replace this way, naming the key and this
+fix (`sweeps/momentum-grid-fmnist.yaml` uses it for its columns without local momentum).
 
 This page is generated: `python -m pages` (a test keeps it equal to what that writes).
 """

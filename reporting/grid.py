@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fileio.atomic import write_atomic
+
 
 @dataclass
 class Grid:
@@ -68,8 +70,6 @@ def plot_grid(grid: Grid, path: Path, what: str, title: str = "") -> Path:
     mean gain in points, red below 0, blue above, the seeds paired written under it) or
     'diverged' (the share of seeds that diverged, k/n written)."""
     from matplotlib.figure import Figure
-
-    from fileio.atomic import write_atomic
 
     families = list(grid.values)
     fig = Figure(figsize=(3.2 * len(families) + 1.2, 0.55 * max(

@@ -39,6 +39,10 @@ APP_KEYS: tuple[Key, ...] = (
     Key("setup", str, "", "A paper set-up (run_config/setups/<name>.yaml, or a path to such a "
         "file): its method and values replace every key still at its default; '' = none.",
         "server"),
+    Key("setup-overrides", str, "", "Keys (comma-separated) that keep the value given here "
+        "even where it is their default: a set-up fills every key still at its default, so "
+        "without this a set-up's value wins over a default given on purpose (e.g. "
+        "local-momentum=0.0 under a set-up of 0.9); '' = none.", "server"),
     Key("method", str, "auto", "Named method (docs/algorithms.md#presets); sets every key "
         "whose value is 'preset'. 'auto' = the set-up's method, else fedacg.", "server",
         choices=("auto",),

@@ -160,11 +160,27 @@ def apply_setup(run_config: dict[str, Any]) -> dict[str, Any]:
     if run_config.get("method", "auto") == "auto":
         merged["method"] = setup["method"]
     row = setup["row-config"].get(merged["method"], {})
+    kept = setup_overrides(run_config)
     for key_name, value in {**setup["run-config"], **row}.items():
         key = KEYS_BY_NAME[key_name]
-        if coerce(key, run_config.get(key_name, key.default)) == key.default:
+        if key_name not in kept and \
+                coerce(key, run_config.get(key_name, key.default)) == key.default:
             merged[key_name] = value
     return merged
+
+
+def setup_overrides(run_config: dict[str, Any]) -> set[str]:
+    """The keys of `setup-overrides` (docs/setups.md): each a run-config key, else ConfigError
+    naming it."""
+    text = coerce(KEYS_BY_NAME["setup-overrides"], run_config.get("setup-overrides", ""))
+    names = {n.strip() for n in text.split(",") if n.strip()}
+    unknown = sorted(n for n in names if n not in KEYS_BY_NAME or n in ("setup",
+                                                                       "setup-overrides"))
+    if unknown:
+        raise ConfigError(f"run config 'setup-overrides' names {', '.join(map(repr, unknown))}: "
+                          "not a key a set-up sets. Give run-config keys, comma-separated "
+                          "(e.g. 'local-momentum,weight-decay').")
+    return names
 
 
 def setup_command(name: str, **run_config) -> str:

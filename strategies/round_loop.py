@@ -25,6 +25,7 @@ from flwr.serverapp.strategy.strategy_utils import log_strategy_start_info
 from models.wire import state_view
 from server_math.influence import claim_bound, limit_influence
 from server_math.reply_screen import screen_metrics, screen_replies, short_reason
+from server_math.step_size import distance, norm, step_sizes
 
 from .nodes import Nodes
 from .state_check import check_server_state
@@ -326,6 +327,11 @@ class MethodStrategy(RoundConfig, FedAvg):
             self.rule.num_clients = self.nodes.num_slots  # N: the partitions of the federation
             self.rule.client_ids = self._partitions_of(screened.good)
             self.rule.prepared_mean = screened.prepared
+            # the step's yardsticks, before the rule updates phi, theta and the mean in place
+            mean_norm = self._client_update_norm(screened)
+            theta_before = (self._theta_record.to_torch_state_dict()
+                            if self._theta_record is not None and self._phi is not None else None)
+            ahead = distance(self._phi, theta_before) if theta_before is not None else 0.0
             try:
                 arrays, skip = self.rule.aggregate(server_round, screened.good, self._phi,
                                                    [screened.up.get(id(m), {})
@@ -343,6 +349,8 @@ class MethodStrategy(RoundConfig, FedAvg):
             if self.round_metrics_fn:
                 self.round_metrics_fn(server_round, metrics)
             return None, metrics
+        sizes = {} if theta_before is None else step_sizes(
+            theta_before, arrays.to_torch_state_dict(), ahead, mean_norm)
         self._theta_record = arrays
         self.skipped_counts = {}
         if self.client_state:
@@ -350,11 +358,24 @@ class MethodStrategy(RoundConfig, FedAvg):
         reported = screen_metrics(server_round, [(msg, n) for msg, _, n in screened.good],
                                   self.weighted_by_key, self.nodes.describe)
         metrics = safe_metrics(self.train_metrics_aggr_fn, reported, self.weighted_by_key)
-        for k, v in {**counts, **self._node_counts, "skipped": 0}.items():
+        for k, v in {**counts, **self._node_counts, **sizes, "skipped": 0}.items():
             metrics[k] = v
         if self.round_metrics_fn:
             self.round_metrics_fn(server_round, metrics)
         return arrays, metrics
+
+    def _client_update_norm(self, screened) -> float | None:
+        """||sum_i p_i w_i - phi|| with the rule's weights, where the screening's pass computed
+        that very mean (server_math.step_size); None otherwise (a robust rule, clipped or
+        capped replies)."""
+        prepared = screened.prepared
+        if prepared is None:
+            return None
+        weights = self._mean_weights([n for _, _, n in screened.good])
+        if weights is None or not prepared.matches(self._phi, [w for _, w, _ in screened.good],
+                                                   weights):
+            return None
+        return norm(prepared.mean)
 
     def _mean_weights(self, num_examples: list[float]) -> list[float] | None:
         """The weights of the rule's mean if `limit_influence` drops and clips none of the

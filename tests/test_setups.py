@@ -272,3 +272,20 @@ def test_a_setup_with_the_new_options_runs_with_the_real_apps(tmp_path):
         "mlp-gcfed", "kaiming", True, "auto", 0.1, "uniform")
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     assert results["status"] == "complete" and len(results["rounds"]) == 3
+
+
+def test_a_default_given_on_purpose_is_kept_only_when_named():
+    """A set-up fills every key still at its default (Flower hands defaults and given values
+    alike), so local-momentum 0.0 under GC-Fed's 0.9 runs as 0.9 unless setup-overrides names
+    it; the set-up's other values are filled as before; a name that is no key is refused."""
+    base = {"setup": "gcfed-t5-fmnist-5of100-lda0.1", "local-momentum": 0.0, "lr": 0.1}
+    cfg = resolve(base)
+    assert (cfg["local-momentum"], cfg["lr"], cfg["weight-decay"]) == (0.9, 0.1, 1e-5)
+    cfg = resolve({**base, "setup-overrides": "local-momentum"})
+    assert (cfg["local-momentum"], cfg["lr"], cfg["weight-decay"]) == (0.0, 0.1, 1e-5)
+    cfg = resolve({**base, "weight-decay": 0.0, "setup-overrides": " local-momentum, weight-decay"})
+    assert (cfg["local-momentum"], cfg["weight-decay"]) == (0.0, 0.0)
+    assert resolve({**base, "local-momentum": 0.5})["local-momentum"] == 0.5  # not a default
+    for bad in ("local_momentum", "setup", "local-momentum,nope"):
+        with pytest.raises(ConfigError, match="setup-overrides"):
+            resolve({**base, "setup-overrides": bad})

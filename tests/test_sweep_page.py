@@ -273,3 +273,78 @@ def test_the_grid_page_draws_its_heatmaps_from_the_cells(tmp_path):
     for name in ("momentum-grid-gain.png", "momentum-grid-diverged.png"):
         assert (docs / name).read_bytes().startswith(b"\x89PNG")
     assert "| FedACG lam 0.85 | 60.00 |" in text
+
+
+@pytest.mark.parametrize("flag, stem, block, cells", [
+    ("--cnn", "fedacg-fmnist-cnn", "cnn-table", 12),
+    ("--fedagm", "fedagm-fmnist", "fedagm-table", 24)])
+def test_each_table_of_the_fedacg_page_writes_its_own_block_and_files(tmp_path, flag, stem,
+                                                                      block, cells):
+    from experiments.sweep import load_sweep
+    from pages.fedacg_fmnist import TABLES, main
+
+    sweep = load_sweep(TABLES[flag].sweep_file, out_dir=tmp_path / "out")
+    finish(sweep.cells[0], [0.5] * 3)
+    docs, page = _page(tmp_path)
+    page.write_text(page.read_text() + f"<!-- example:{block} -->\n<!-- /example:{block} -->\n")
+    assert main([flag, "--out-dir", str(tmp_path / "out"), "--docs", str(docs)]) == 0
+    text = page.read_text()
+    assert f"1 of its {cells} cells had finished" in text
+    assert "<!-- example:fedacg-table -->\n<!-- /example:fedacg-table -->" in text  # untouched
+    assert sorted(p.name for p in docs.iterdir() if p.name.startswith(stem + "-")) == [
+        f"{stem}-acc-{sweep.cells[0].setting}.png", f"{stem}-cells.csv",
+        f"{stem}-curves.csv", f"{stem}-ema-{sweep.cells[0].setting}.png"]
+
+
+def test_every_shipped_sweep_loads_and_every_cell_resolves():
+    """Each sweep file in sweeps/ makes its cells (counted here by hand for the real-data
+    tables), and every cell's run config passes the run config's checks."""
+    from pathlib import Path
+
+    from experiments.sweep import load_sweep
+    from run_config import resolve
+
+    counts = {"fedacg-t1-fmnist": 84, "fedacg-t1-fmnist-cnn": 12, "fedagm-t6-fmnist": 24,
+              "momentum-grid-fmnist": 144, "gcfed-t5-fmnist": 114}
+    files = sorted((Path(__file__).resolve().parents[1] / "sweeps").glob("*.yaml"))
+    assert len(files) >= 12
+    for path in files:
+        sweep = load_sweep(path)
+        if path.stem in counts:
+            assert len(sweep.cells) == counts[path.stem], path.name
+        for cell in sweep.cells:
+            resolve(cell.run_config)
+    grid = load_sweep(files[0].parent / "momentum-grid-fmnist.yaml")
+    got = {(c.setting, c.method): resolve(c.run_config) for c in grid.cells if c.seed == 0}
+    assert (got["5of100-mom0", "FedACG lam 0.7"]["lr"],
+            got["5of100-mom0", "FedACG lam 0.7"]["local-momentum"],
+            got["5of100-mom0", "FedACG lam 0.7"]["lam"]) == (0.1, 0.0, 0.7)
+    assert (got["20of100-mom0.9", "FedAvgM lam 0.95"]["lr"],
+            got["20of100-mom0.9", "FedAvgM lam 0.95"]["local-momentum"],
+            got["20of100-mom0.9", "FedAvgM lam 0.95"]["fraction-train"]) == (0.01, 0.9, 0.2)
+    agm = load_sweep(files[0].parent / "fedagm-t6-fmnist.yaml")
+    assert {resolve(c.run_config)["lam"] for c in agm.cells if c.method == "FedAGM"} == {0.9}
+
+
+@pytest.mark.parametrize("keys, refused", [
+    ({"local-momentum": 0.0}, True), ({"local-momentum": 0.0, "setup-overrides":
+                                       "local-momentum"}, False),
+    ({"local-momentum": 0.5}, False), ({"model": "cnn"}, True), ({"model": "cnn",
+                                       "setup-overrides": "model"}, False),
+    ({"weight-decay": 0.00001}, False)])  # (the set-up's own value: nothing replaced)
+def test_a_sweep_refuses_a_value_a_set_up_would_replace(tmp_path, keys, refused):
+    import yaml
+
+    from experiments.sweep import SweepError, load_sweep
+
+    spec = {"name": "s", "backend": "in-process", "settings": {"a": {
+        "setup": "gcfed-t5-fmnist-5of100-lda0.1", **keys}}, "methods": {"M": {"method":
+                                                                             "fedavg"}}}
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(spec))
+    if not refused:
+        (cell,) = load_sweep(tmp_path / "s.yaml", out_dir=tmp_path / "out").cells
+        return
+    with pytest.raises(SweepError, match=rf"'{next(iter(keys))}' = .* is its default, so the "
+                                          r"set-up 'gcfed-t5-fmnist-5of100-lda0.1' replaces "
+                                          r"it with .*add setup-overrides"):
+        load_sweep(tmp_path / "s.yaml", out_dir=tmp_path / "out")
