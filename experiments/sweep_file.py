@@ -203,6 +203,8 @@ def _no_value_replaced(run: dict, resolved: dict, where: str) -> None:
     """SweepError where a set-up replaced a value the cell gives: a set-up fills every key
     still at its default, so a default given on purpose (local-momentum 0.0 under a set-up of
     0.9) would otherwise run as the set-up's value without a word."""
+    if not resolved.get("setup"):
+        return
     for name, given in run.items():
         key = KEYS_BY_NAME.get(name)
         if key is None or name in ("setup", "method", "setup-overrides") or given == "preset":

@@ -107,8 +107,8 @@ class SweepPage:
                             f"'{_name(sweep.cells[0])}'; python -m experiments.sweep "
                             f"{self._sweep_arg()} --dry-run lists them)")
         every, curves = [], {}
-        if from_csv is not None:
-            every, curves = self._from_csv(sweep, from_csv)
+        if from_csv is not None and (from_csv.exists() or from_csv.is_symlink() or not merge):
+            every, curves = self._from_csv(sweep, from_csv)  # (--merge: none the first time)
         if from_csv is None or merge:
             ran, ran_curves = self._from_runs(sweep)
             names = {_name(c) for c in ran}

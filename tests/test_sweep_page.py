@@ -122,7 +122,7 @@ def test_a_page_merges_the_committed_cells_with_a_later_part(tmp_path):
     cell = {(c.method, c.seed): c for c in one.cells if c.setting == "5of100-dir0.3"}
     finish(cell["FedAvg", 0], [0.5] * 490 + [0.8] * 10)
     finish(cell["FedCM", 0], [0.3, 0.2], diverged=True)
-    assert main(["--out-dir", str(tmp_path / "one"), "--docs", str(docs)]) == 0
+    assert main(["--merge", "--out-dir", str(tmp_path / "one"), "--docs", str(docs)]) == 0
     rows = list(csv.DictReader(io.StringIO((docs / "fedacg-fmnist-cells.csv").read_text())))
     assert [(r["method"], r["seed"], r["status"], r["rounds"]) for r in rows] == [
         ("FedAvg", "0", "complete", "500"), ("FedCM", "0", "diverged", "2")]
