@@ -39,6 +39,7 @@ from fileio.atomic import write_text_atomic
 from fileio.folders import trusted_folder
 from fileio.reading import read_text_bounded
 from pages.examples import PAGE_LIMIT, ROOT, _number, machine, replace_block
+from run_config.collapses import COLLAPSES, replace_page
 
 PAPER_AT = 3  # the paper's column, after Method, Last 10R and Final acc.
 
@@ -54,6 +55,7 @@ class Measured:
     text: str
     cells_csv: str | None = None
     curves_csv: str | None = None
+    collapses: list | None = None  # run_config.collapses' entries of the page's cells
 
 
 @dataclass(frozen=True)
@@ -144,7 +146,23 @@ class SweepPage:
 
         return Measured(text, cells_csv(every, rounds, targets),
                         curves_csv([{**c, "curve": curves.get(_name(c), ([], []))}
-                                    for c in every]))
+                                    for c in every]), self._collapses(sweep, every))
+
+    def _collapses(self, sweep, cells: list) -> list:
+        """run_config.collapses' entries of `cells`: each (setting, method) that collapsed on
+        every seed, with its resolved config."""
+        from feddata.specs import DATASET_BY_NAME
+        from run_config import resolve
+        from run_config.collapses import entries
+
+        configs, classes = {}, {}
+        for cell in sweep.cells:
+            if (cell.setting, cell.method) not in configs:
+                cfg = resolve(cell.run_config)
+                configs[cell.setting, cell.method] = cfg
+                spec = DATASET_BY_NAME.get(cfg["dataset"])
+                classes[cell.setting, cell.method] = spec.num_classes if spec else 10
+        return entries(str(self.page.relative_to(ROOT)), cells, configs, classes)
 
     def _sweep_arg(self) -> str:
         return str(self.sweep_file.relative_to(ROOT))
@@ -309,6 +327,11 @@ class SweepPage:
             if got.cells_csv is not None:
                 write_text_atomic(docs / self.cells_name, got.cells_csv)
                 write_text_atomic(docs / self.curves_name, got.curves_csv)
+                # the combinations that collapsed, for run_config check and the ServerApp (a
+                # page built outside this repository's docs/ writes them beside itself)
+                replace_page(str(self.page.relative_to(ROOT)), got.collapses,
+                             None if docs.resolve() == self.page.parent.resolve()
+                             else docs / COLLAPSES.name)
             write_text_atomic(page, text)
         except FileNotFoundError as err:
             print(f"error: {err.filename} does not exist: give --docs a folder that holds "

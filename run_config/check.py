@@ -23,6 +23,7 @@ import tomllib
 
 from fileio.reading import CONFIG_FILE_LIMIT, read_text_bounded
 
+from .collapses import collapse_warnings
 from .errors import ConfigError
 from .resolve import resolve
 
@@ -153,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
+    for line in collapse_warnings(cfg):  # (a warning, not an error: the run may go)
+        print(f"warning: {line}", file=sys.stderr)
     if not args.quiet:
         changed = {k: cfg[k] for k in run_config}
         print("run config OK" + (f": {changed}" if changed else " (all defaults)")

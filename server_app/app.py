@@ -25,6 +25,7 @@ from reporting.plots import plot_label_distribution
 from reporting.tracking import build_trackers
 from run_config import ConfigError, load_setup, resolve
 from run_config.check import check_robust
+from run_config.collapses import collapse_warnings
 from strategies.assembly import build_strategy
 from strategies.round_loop import NothingLearned
 from strategies.state_check import ServerStateNotFinite
@@ -162,6 +163,8 @@ def open_run_dir(cfg: dict, context: Context, where: dict) -> tuple[Path, dict |
     mark_running(run_dir, cfg, context.run_id, run_uid)
     write_json_atomic(run_dir / "config.json", cfg)
     log(INFO, "Run folder: %s (Flower run %s)", run_dir, context.run_id)
+    for line in collapse_warnings(cfg):  # a combination a results page saw collapse
+        log(WARNING, "%s", line)
     return run_dir, checkpoint, run_uid
 
 

@@ -263,13 +263,21 @@ def test_the_grid_page_draws_its_heatmaps_from_the_cells(tmp_path):
         if cell.seed == 0 and cell.setting == "5of100-mom0.9" and cell.method in (
                 "FedAvg", "FedACG lam 0.85"):
             finish(cell, [0.5 if cell.method == "FedAvg" else 0.6] * 3)
+        if cell.seed < 2 and cell.setting == "5of100-mom0" and cell.method == "FedAvgM lam 0.95":
+            finish(cell, [0.3, 0.1], diverged=True)  # every seed run diverged: an entry
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "momentum-grid.md").write_text(
         "<!-- example:momentum-grid -->\n<!-- /example:momentum-grid -->\n")
     assert main(["--out-dir", str(tmp_path / "out"), "--docs", str(docs)]) == 0
     text = (docs / "momentum-grid.md").read_text()
-    assert "![final EMA gain over FedAvg" in text and "2 of its 144 cells" in text
+    assert "![final EMA gain over FedAvg" in text and "4 of its 144 cells" in text
+    from run_config.collapses import load
+
+    (entry,) = load(docs / "collapses.json")  # (beside a page built outside docs/)
+    assert (entry["page"], entry["cell"], entry["seeds"], entry["diverged"]) == (
+        "docs/momentum-grid.md", "5of100-mom0/FedAvgM lam 0.95", 2, 2)
+    assert (entry["config"]["lam"], entry["config"]["local-momentum"]) == (0.95, 0.0)
     for name in ("momentum-grid-gain.png", "momentum-grid-diverged.png"):
         assert (docs / name).read_bytes().startswith(b"\x89PNG")
     assert "| FedACG lam 0.85 | 60.00 |" in text
