@@ -72,8 +72,9 @@ class SweepPage:
     paper_header : the header of the paper's column (None: no such column).
     paper_cell : a set-up's reported row for the method (None: the paper has none) as shown.
     explain : the block's last sentences, after the count of cells: what each column is.
-    extra : Markdown put after the tables (e.g. heatmaps it draws into the docs folder), from
-        the sweep, the tabulated cells and the docs folder; None: nothing.
+    extra : Markdown put after the tables (heatmaps it draws into the docs folder, the
+        paper's orderings), from the sweep, the tabulated cells and the docs folder; None:
+        nothing.
     """
 
     module: str
@@ -135,10 +136,9 @@ class SweepPage:
         self._plots(sweep, chosen, curves, docs, targets)
         where = (f"`python -m experiments.sweep {self._sweep_arg()} --jobs 2`"
                  if from_csv is None else f"{self.cells_name}, the cells' own CSV")
+        extra = self.extra(sweep, chosen, docs).strip() if self.extra is not None else ""
         text = self._text(sweep, chosen, len(every), rounds, targets, where, note, cells,
-                          from_csv is None)
-        if self.extra is not None:
-            text = f"{self.extra(sweep, chosen, docs).rstrip()}\n\n{text}"
+                          from_csv is None, extra)
         if from_csv is not None and not merge:
             return Measured(text)
         from reporting.cells import cells_csv
@@ -241,9 +241,9 @@ class SweepPage:
                                     ylabel=f"{what[0].upper()}{what[1:]} (%)")
 
     def _text(self, sweep, chosen: list, total: int, rounds: list, targets: list, where: str,
-              note: str, cells: str, here: bool) -> str:
-        """Per setting, the table led by Last 10R beside the paper's column, its plots, and
-        what the numbers are."""
+              note: str, cells: str, here: bool, extra: str = "") -> str:
+        """Per setting, the table led by Last 10R beside the paper's column, its plots, then
+        `extra`, and what the numbers are."""
         from reporting.cells import method_runs
         from reporting.code_version import short_label
         from reporting.table import header, markdown, md_text, table_rows
@@ -274,7 +274,7 @@ class SweepPage:
         code = (f"code {short_label(versions[0])}" if len(versions) == 1 else
                 f"{len(versions)} code versions (" + ", ".join(map(short_label, versions))
                 + "), tabulated together with --mixed-versions")
-        return ("\n\n".join(parts)
+        return ("\n\n".join(parts) + (f"\n\n{extra}" if extra else "")
                 + f"\n\nMeasured with {where}: {total} of its {len(sweep.cells)} cells "
                 "had finished"
                 + (f"; the table holds the {len(chosen)} of them that --cells "

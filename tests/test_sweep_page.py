@@ -104,7 +104,9 @@ def _page(tmp_path):
 
 
 def _table(page) -> list[str]:
-    return [line for line in page.read_text().splitlines() if line.startswith("| Fed")]
+    """The rows of the page's results tables (not of its orderings)."""
+    return [line for line in page.read_text().splitlines() if line.startswith("| Fed")
+            and " > " not in line and " < " not in line]
 
 
 def test_a_page_merges_the_committed_cells_with_a_later_part(tmp_path):
@@ -143,6 +145,7 @@ def test_a_page_merges_the_committed_cells_with_a_later_part(tmp_path):
         ["| FedAvg", "60.00", "60.00"], ["| FedCM", "Failed (1/1)", "Failed (1/1)"],
         ["| FedACG", "70.00", "70.00"]]
     assert "3 of its 84 cells had finished" in page.read_text()
+    assert "| FedACG > FedAvg | +6.57 | - | - | - | - |" in page.read_text()  # (no seed paired)
     curves = read_curves_csv(docs / "fedacg-fmnist-curves.csv")
     assert curves["5of100-dir0.3/FedCM/0"] == ([1, 2], [0.3, 0.2])
     assert curves["5of100-dir0.3/FedAvg/0"] == (list(range(1, 501)), [0.6] * 500)
@@ -356,3 +359,37 @@ def test_a_sweep_refuses_a_value_a_set_up_would_replace(tmp_path, keys, refused)
                                           r"set-up 'gcfed-t5-fmnist-5of100-lda0.1' replaces "
                                           r"it with .*add setup-overrides"):
         load_sweep(tmp_path / "s.yaml", out_dir=tmp_path / "out")
+
+
+# --- the paper's orderings --------------------------------------------------------------------
+
+def test_the_papers_orderings_are_checked_seed_by_seed_against_a_hand_count():
+    """FedACG 0.80 / 0.70 / diverged, FedAvg 0.75 / 0.72 / 0.60, FedDyn 0.70 / diverged /
+    diverged; the paper: FedACG 89.10 > FedDyn 88.10 > FedAvg 82.53. FedACG > FedAvg: +5 yes,
+    -2 no, FedACG diverged no -> 1 of 3; FedACG > FedDyn: +10 yes, FedDyn diverged yes, both
+    diverged no order -> 2 of 2."""
+    from reporting.orderings import orderings, orderings_table
+
+    finals = {"FedACG": [0.80, 0.70, None], "FedAvg": [0.75, 0.72, 0.60],
+              "FedDyn": [0.70, None, None]}
+    cells = [{"setting": "s", "method": m, "seed": s,
+              "summary": {"final-ema-acc": v, "diverged": v is None}}
+             for m, values in finals.items() for s, v in enumerate(values)]
+    found = orderings(cells, "s", "FedACG", {"FedAvg": 82.53, "FedDyn": 88.10,
+                                              "FedACG": 89.10}, [0, 1, 2])
+    assert [(o.other, round(o.paper_gap, 2)) for o in found] == [("FedAvg", 6.57),
+                                                                  ("FedDyn", 1.0)]
+    avg, dyn = found
+    assert avg.gaps[0] == pytest.approx(5.0) and avg.gaps[1] == pytest.approx(-2.0)
+    assert [avg.holds(s) for s in (0, 1, 2)] == [True, False, False]
+    assert [dyn.holds(s) for s in (0, 1, 2)] == [True, True, None]
+    table = orderings_table(found, [0, 1, 2]).splitlines()
+    assert table[2] == "| FedACG > FedAvg | +6.57 | +5.00 | -2.00 | no (it diverged) | 1 of 3 seeds |"
+    assert table[3] == ("| FedACG > FedDyn | +1.00 | +10.00 | yes (the other diverged) | - "
+                        "| 2 of 2 seeds |")
+    # a paper that has the other row ahead: FedACG < FedDC there, so a seed with FedACG ahead
+    # does not hold
+    (dc,) = orderings([*cells, {"setting": "s", "method": "FedDC", "seed": 0,
+                                "summary": {"final-ema-acc": 0.5, "diverged": False}}],
+                      "s", "FedACG", {"FedACG": 85.13, "FedDC": 86.52}, [0])
+    assert dc.paper_gap < 0 and dc.holds(0) is False
