@@ -7,8 +7,9 @@ Fashion-MNIST), from `sweeps/momentum-grid-fmnist.yaml`.
     python -m pages.momentum_grid --merge --out-dir D         # the committed cells and D's
     python -m pages.momentum_grid --from-csv                  # from docs/momentum-grid-cells.csv
 
-The block holds two heatmaps (`reporting.grid`: the mean final EMA gain over FedAvg, paired by
-seed, and the share of seeds that diverged, for each family and lambda against each column),
+The block holds three heatmaps (`reporting.grid`: the mean final EMA gain over FedAvg, paired
+by seed, the share of seeds that diverged, and the server's step against the clients' update,
+for each family and lambda against each column),
 then the per-column tables; where its numbers come from and how it is written:
 `pages.sweep_page`.
 """
@@ -46,12 +47,19 @@ def heatmaps(sweep, cells: list, docs: Path) -> str:
               "final EMA minus FedAvg's (points; seeds paired)")
     plot_grid(grid, docs / "momentum-grid-diverged.png", "diverged",
               "seeds that diverged")
+    plot_grid(grid, docs / "momentum-grid-step.png", "ratio",
+              "server step / clients' mean update (median over rounds)")
     return ("### The grid\n\n"
             "![final EMA gain over FedAvg, by server momentum and column](momentum-grid-gain.png)"
-            "\n![share of seeds that diverged](momentum-grid-diverged.png)\n\n"
+            "\n![share of seeds that diverged](momentum-grid-diverged.png)"
+            "\n![the server's step against the clients' update](momentum-grid-step.png)\n\n"
             "Each square: the mean over seeds of the final EMA test accuracy minus FedAvg's in "
             "the same column and seed (percentage points; the number of seeds paired under it; "
-            "a diverged seed is not paired), and the seeds that diverged of those run.")
+            "a diverged seed is not paired), the seeds that diverged of those run, and the "
+            "median over rounds of the server's step against the clients' mean update "
+            "(`train-server-step-norm / train-client-update-norm`, mean over seeds): 1 for "
+            "FedAvg, up to 1 / (1 - lambda) where the server's momentum keeps adding updates "
+            "of one direction.")
 
 
 def explain(rounds: list[int]) -> str:

@@ -6,7 +6,9 @@ Columns: setting, method, seed, status (complete or diverged: a diverged cell is
 written "Failed"), rounds (the rounds it had), last10-acc (the mean accuracy of its last 10
 rounds), final-test-acc, final-ema-acc, acc-at-<R> (the EMA at round R), rounds-to-<X> (the
 first round whose EMA reaches X %, or "T+"), bytes-down-total, bytes-up-total, bytes-total,
-train-seconds, wall-seconds (the ServerApp's), code-version (`reporting.code_version`'s label:
+train-seconds, wall-seconds (the ServerApp's), step-ratio (the median of the server's step
+against the clients' mean update: reporting.metrics.step_ratio; empty for runs that did not
+record it), code-version (`reporting.code_version`'s label:
 the commit it ran on). Accuracies are fractions, written as Python writes floats, so a table
 built from the file equals the table built from the run folders.
 
@@ -38,7 +40,7 @@ MAX_ROWS = 100_000
 LEADING = ["setting", "method", "seed", "status", "rounds", "last10-acc", "final-test-acc",
            "final-ema-acc"]
 TRAILING = ["bytes-down-total", "bytes-up-total", "bytes-total", "train-seconds",
-            "wall-seconds", "code-version"]
+            "wall-seconds", "step-ratio", "code-version"]
 STATUSES = ("complete", "diverged")
 LABEL = re.compile(rf"(?:{OBJECT_ID.pattern})(?:\+dirty(?:\?|\.[0-9a-f]{{16}}))?"
                    rf"|files\.[0-9a-f]{{16}}|{UNKNOWN}")
@@ -70,7 +72,8 @@ def cells_csv(cells: Sequence[dict[str, Any]], acc_at_rounds: Sequence[int],
                     + [s["acc-at-round"].get(round_key(r)) for r in acc_at_rounds]
                     + [s["rounds-to-acc"][round_key(t)] for t in target_accs]
                     + [s.get("bytes-down-total"), s.get("bytes-up-total"), s.get("bytes-total"),
-                       s.get("train-seconds"), s.get("wall-seconds"), c["code-version"]])
+                       s.get("train-seconds"), s.get("wall-seconds"), s.get("step-ratio"),
+                       c["code-version"]])
     return csv_text(head, [["" if v is None else v for v in r] for r in rows])
 
 

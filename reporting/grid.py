@@ -28,6 +28,8 @@ class Grid:
     gain: dict[str, dict[float, dict[str, float | None]]] = field(default_factory=dict)
     paired: dict[str, dict[float, dict[str, int]]] = field(default_factory=dict)
     diverged: dict[str, dict[float, dict[str, tuple[int, int]]]] = field(default_factory=dict)
+    # the mean over seeds of each cell's step-ratio (reporting.metrics.step_ratio), None: none
+    ratio: dict[str, dict[float, dict[str, float | None]]] = field(default_factory=dict)
 
 
 def knob_grid(cells: Sequence[dict[str, Any]], rows: dict[str, tuple[str, float]],
@@ -56,6 +58,10 @@ def knob_grid(cells: Sequence[dict[str, Any]], rows: dict[str, tuple[str, float]
                     continue
                 gains.append(100 * (s["final-ema-acc"] - b["final-ema-acc"]))
             k = sum(bool(c["summary"].get("diverged")) for c in group)
+            ratios = [c["summary"]["step-ratio"] for c in group
+                      if c["summary"].get("step-ratio") is not None]
+            grid.ratio.setdefault(family, {}).setdefault(value, {})[column] = (
+                sum(ratios) / len(ratios) if ratios else None)
             grid.gain.setdefault(family, {}).setdefault(value, {})[column] = (
                 sum(gains) / len(gains) if gains else None)
             grid.paired.setdefault(family, {}).setdefault(value, {})[column] = len(gains)
@@ -67,8 +73,9 @@ def knob_grid(cells: Sequence[dict[str, Any]], rows: dict[str, tuple[str, float]
 
 def plot_grid(grid: Grid, path: Path, what: str, title: str = "") -> Path:
     """One heatmap a family, side by side: knob values (rows) x columns; `what` 'gain' (the
-    mean gain in points, red below 0, blue above, the seeds paired written under it) or
-    'diverged' (the share of seeds that diverged, k/n written)."""
+    mean gain in points, red below 0, blue above, the seeds paired written under it),
+    'diverged' (the share of seeds that diverged, k/n written) or 'ratio' (the mean step-ratio:
+    the server's step against the clients' mean update)."""
     from matplotlib.figure import Figure
 
     families = list(grid.values)
@@ -86,6 +93,10 @@ def plot_grid(grid: Grid, path: Path, what: str, title: str = "") -> Path:
                     n = grid.paired[family][v][col]
                     row.append(float("nan") if g is None else g)
                     row_labels.append("-" if g is None else f"{g:+.1f}\n({n})")
+                elif what == "ratio":
+                    q = grid.ratio[family][v][col]
+                    row.append(float("nan") if q is None else q)
+                    row_labels.append("-" if q is None else f"{q:.2f}")
                 else:
                     k, n = grid.diverged[family][v][col]
                     row.append(float("nan") if n == 0 else k / n)
@@ -95,6 +106,9 @@ def plot_grid(grid: Grid, path: Path, what: str, title: str = "") -> Path:
         if what == "gain":
             top = max([abs(x) for r in data for x in r if x == x] + [1.0])
             image = ax.imshow(data, cmap="RdBu", vmin=-top, vmax=top, aspect="auto")
+        elif what == "ratio":
+            top = max([x for r in data for x in r if x == x] + [2.0])
+            image = ax.imshow(data, cmap="Purples", vmin=0.0, vmax=top, aspect="auto")
         else:
             image = ax.imshow(data, cmap="Reds", vmin=0.0, vmax=1.0, aspect="auto")
         for i, row_labels in enumerate(labels):

@@ -118,4 +118,19 @@ def run_summary(rows: Sequence[dict[str, Any]], *, acc_at_rounds: Sequence[int],
         out[key] = trained[-1].get(key, 0) if trained else 0
     out["bytes-total"] = out["bytes-down-total"] + out["bytes-up-total"]
     out["train-seconds"] = sum(r.get("seconds", 0.0) for r in trained)
+    out["step-ratio"] = step_ratio(trained)
     return out
+
+
+def step_ratio(rows: Sequence[dict[str, Any]]) -> float | None:
+    """The median over rounds of the server's step against the clients' mean update
+    (train-server-step-norm / train-client-update-norm, server_math.step_size): about 1 for
+    FedAvg, 1 / (1 - lambda) for server momentum whose updates keep their direction; None where
+    no round has both."""
+    ratios = sorted(r["train-server-step-norm"] / r["train-client-update-norm"] for r in rows
+                    if r.get("train-server-step-norm") is not None
+                    and r.get("train-client-update-norm"))
+    if not ratios:
+        return None
+    mid = len(ratios) // 2
+    return ratios[mid] if len(ratios) % 2 else (ratios[mid - 1] + ratios[mid]) / 2

@@ -327,14 +327,15 @@ def test_a_code_version_read_back_is_a_commit_a_flag_and_hashes(version, refused
 
 CELLS_HEAD = ("setting,method,seed,status,rounds,last10-acc,final-test-acc,final-ema-acc,"
               "acc-at-100,rounds-to-60,bytes-down-total,bytes-up-total,bytes-total,"
-              "train-seconds,wall-seconds,code-version")
-CELLS_ROW = f"a,FedAvg,0,complete,200,0.7,0.71,0.69,0.6,80,10,20,30,5.5,60.0,{HEX40}"
+              "train-seconds,wall-seconds,step-ratio,code-version")
+CELLS_ROW = f"a,FedAvg,0,complete,200,0.7,0.71,0.69,0.6,80,10,20,30,5.5,60.0,1.5,{HEX40}"
 CELLS_CASES = {  # (the file's text, or what replaces one field: what the refusal says)
     "accuracy-above-1": ({"last10-acc": "1.5"}, r"last10-acc is 1.5, not an accuracy"),
     "accuracy-nan": ({"final-test-acc": "nan"}, r"final-test-acc is nan, not a finite"),
     "ema-inf": ({"acc-at-100": "inf"}, r"acc-at-100 is inf, not a finite number"),
     "ema-above-1": ({"acc-at-100": "7"}, r"acc-at-100 is 7.0, not an accuracy"),
     "time-negative": ({"wall-seconds": "-1"}, r"wall-seconds is -1.0, not a time >= 0"),
+    "ratio-inf": ({"step-ratio": "inf"}, r"step-ratio is inf, not a finite number"),
     "rounds-half": ({"rounds": "2.5"}, r"rounds is '2.5', not a whole number"),
     "rounds-to-soon": ({"rounds-to-60": "soon"}, r"rounds-to-60 is 'soon', not a whole"),
     "rounds-to-empty": ({"rounds-to-60": ""}, r"rounds-to-60 is empty"),

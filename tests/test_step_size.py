@@ -28,6 +28,19 @@ def test_the_norms_are_float64_sums_over_the_float_tensors():
     assert "client-update-norm" not in step_sizes(a, b, 0.0, None)
 
 
+def test_the_step_ratio_is_the_median_over_the_rounds_that_have_both_norms():
+    from reporting.metrics import step_ratio
+
+    def row(step, update):
+        return {"train-server-step-norm": step, "train-client-update-norm": update}
+
+    assert step_ratio([row(1.0, 1.0), row(6.0, 2.0), row(4.0, 2.0)]) == 2.0  # 1, 3, 2
+    assert step_ratio([row(1.0, 1.0), row(6.0, 2.0)]) == 2.0  # (1 + 3) / 2
+    assert step_ratio([row(1.0, 1.0), {"train-server-step-norm": 5.0}, row(9.0, 0.0),
+                       row(3.0, 1.0), {}]) == 2.0  # rows without both, or a zero update, left out
+    assert step_ratio([{}, {"train-client-update-norm": 1.0}]) is None
+
+
 def _rows(tmp_path, method: str, **extra) -> list[dict]:
     rc = {"method": method, "num-server-rounds": 4, "out-dir": str(tmp_path),
           "run-name": "run", "fraction-train": 0.5, "local-iterations": 2, **extra}
@@ -39,6 +52,8 @@ def _rows(tmp_path, method: str, **extra) -> list[dict]:
 
 def test_fedavg_steps_as_far_as_its_clients_moved(tmp_path):
     rows = _rows(tmp_path, "fedavg")
+    summary = json.loads((tmp_path / "run" / "results.json").read_text())["summary"]
+    assert summary["step-ratio"] == pytest.approx(1.0, rel=1e-5)
     for row in rows:
         assert row["train-lookahead-norm"] == 0.0
         assert row["train-server-step-norm"] > 0

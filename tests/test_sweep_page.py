@@ -223,9 +223,9 @@ def test_the_sweep_leaves_out_the_cells_a_csv_holds_on_their_code_only(tmp_path,
 
 # --- the momentum grid ------------------------------------------------------------------------
 
-def _cell(setting, method, seed, ema, diverged=False):
+def _cell(setting, method, seed, ema, diverged=False, ratio=None):
     return {"setting": setting, "method": method, "seed": seed,
-            "summary": {"final-ema-acc": ema, "diverged": diverged}}
+            "summary": {"final-ema-acc": ema, "diverged": diverged, "step-ratio": ratio}}
 
 
 def test_the_grid_pairs_each_gain_by_seed_and_counts_diverged_seeds_apart():
@@ -237,7 +237,8 @@ def test_the_grid_pairs_each_gain_by_seed_and_counts_diverged_seeds_apart():
 
     cells = [_cell("a", "FedAvg", 0, 0.5), _cell("a", "FedAvg", 1, 0.6),
              _cell("a", "FedAvg", 2, 0.7), _cell("a", "M 0.5", 0, 0.55),
-             _cell("a", "M 0.5", 1, 0.5), _cell("a", "M 0.5", 2, 0.1, diverged=True),
+             _cell("a", "M 0.5", 1, 0.5, ratio=2.0),
+             _cell("a", "M 0.5", 2, 0.1, diverged=True, ratio=3.0),
              _cell("a", "M 0.9", 2, 0.9), _cell("b", "FedAvg", 0, 0.4),
              _cell("b", "M 0.5", 0, 0.3), _cell("b", "M 0.5", 1, 0.9),
              _cell("b", "FedAvg", 2, 0.5, diverged=True), _cell("b", "M 0.9", 2, 0.6)]
@@ -250,6 +251,7 @@ def test_the_grid_pairs_each_gain_by_seed_and_counts_diverged_seeds_apart():
     assert grid.paired["M"][0.5] == {"a": 2, "b": 1}
     assert grid.diverged["M"][0.5] == {"a": (1, 3), "b": (0, 2)}
     assert grid.diverged["M"][0.9] == {"a": (0, 1), "b": (0, 1)}
+    assert grid.ratio["M"][0.5] == {"a": 2.5, "b": None}  # (a diverged seed's ratio counts)
 
 
 def test_the_grid_page_draws_its_heatmaps_from_the_cells(tmp_path):
@@ -281,7 +283,8 @@ def test_the_grid_page_draws_its_heatmaps_from_the_cells(tmp_path):
     assert (entry["page"], entry["cell"], entry["seeds"], entry["diverged"]) == (
         "docs/momentum-grid.md", "5of100-mom0/FedAvgM lam 0.95", 2, 2)
     assert (entry["config"]["lam"], entry["config"]["local-momentum"]) == (0.95, 0.0)
-    for name in ("momentum-grid-gain.png", "momentum-grid-diverged.png"):
+    for name in ("momentum-grid-gain.png", "momentum-grid-diverged.png",
+                 "momentum-grid-step.png"):
         assert (docs / name).read_bytes().startswith(b"\x89PNG")
     assert "| FedACG lam 0.85 | 60.00 |" in text
 
