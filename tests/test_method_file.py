@@ -30,9 +30,9 @@ class KickedMomentum(MomentumRule):
                     "kick * d.", "server", low=0.0, high=1.0, strategy=True),)
     summary = "server momentum, then an extra step kick * d"
 
-    def __init__(self, cfg, model):
-        super().__init__(cfg, model)
-        self.kick = cfg["kick"]
+    def __init__(self, settings, model):
+        super().__init__(settings, model)
+        self.kick = settings.kick
 
     def step_(self, d):
         super().step_(d)
