@@ -110,7 +110,7 @@ class DriftCorrection(ClientPart):
         super().__init__(settings)
         self.alpha: float = settings.feddc_alpha
         self.lr: float = settings.lr  # the undecayed base lr of K lr
-        self.settings_of_k = settings  # feddc-steps and the local loop: K (`correction_steps`)
+        self.k_settings = settings  # feddc-steps and the local loop: K (`correction_steps`)
 
     def begin(self, ctx) -> None:
         import torch
@@ -147,7 +147,7 @@ class DriftCorrection(ClientPart):
         d = torch._foreach_sub([p.detach() for p in ctx.params], self.phi)  # d_i = w_K - phi
         h_i = torch._foreach_add(self.h_i, d)
         # G_i+ - G_i = -G/om_i - d_i / (K lr)
-        k = correction_steps(self.settings_of_k, ctx.steps_done, self.sizes)
+        k = correction_steps(self.k_settings, ctx.steps_done, self.sizes)
         delta = torch._foreach_mul(d, -1.0 / (k * self.lr))
         torch._foreach_sub_(delta, self.g_over_om)
         g_i = torch._foreach_add(self.g_i, delta)

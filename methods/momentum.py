@@ -98,6 +98,8 @@ class MomentumRule(ServerRule):
     def setup(self, *, lam: float = 0.0, eta: float = 1.0, lookahead: bool = False,
               aggregation: str = "examples", global_gc_layers: Sequence[str] = (),
               gc_vectors: str = "center", robust=None) -> None:
+        """The rule's maths from typed values (`momentum_setup` of its settings), its state
+        empty until `start`."""
         from server_math.robust import RobustConfig
 
         if not 0 <= lam < 1:
