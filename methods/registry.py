@@ -82,6 +82,11 @@ def _check_settings(part: type[Part]) -> None:
                             "methods.Key, e.g. settings = (Key('my-knob', float, 0.5, 'What it "
                             "does.', 'server', low=0.0, high=1.0),) (docs/extending.md"
                             "#a-methods-knobs)")
+    if "keys" in vars(part):  # (the hand list of names a part once read its config by)
+        raise RegistryError(f"{part.__name__}.keys: a part reads the keys it declares, its "
+                            "`settings` and its `uses` (app keys as methods.Uses('lr', float, "
+                            "0.05), other parts' Keys), from its settings object "
+                            "(docs/extending.md#a-methods-knobs)")
     uses = vars(part).get("uses", ())
     if not isinstance(uses, tuple) or not all(isinstance(k, (Key, Uses)) for k in uses):
         raise RegistryError(f"{part.__name__}.uses = {uses!r}: give a tuple of methods.Uses "

@@ -197,3 +197,25 @@ def test_settings_objects_pickle_and_compare_by_value():
     assert pickle.loads(pickle.dumps(settings)) == settings
     assert dataclasses.replace(settings, lam=0.5) == momentum.from_config(
         resolve({"method": "fedacg", "lam": 0.5}))
+
+
+def test_a_part_that_lists_keys_by_hand_is_refused_naming_uses():
+    """The former hand list of the other keys a part read (`keys`) is refused at registration:
+    what a part reads is what its settings object holds, declared in `uses`."""
+    from methods.registry import RegistryError
+
+    class Listed(methods.ClientPart):
+        name, keys = "listed-keys", ("lr",)
+
+    with pytest.raises(RegistryError, match=r"Listed.keys: .*`uses`.*methods.Uses\('lr'"):
+        methods.register(Listed)
+    assert "listed-keys" not in methods.CLIENT_PARTS
+
+    class Used(methods.ClientPart):
+        name, uses = "used-keys", (Uses("lr", float, 0.05),)
+
+    methods.register(Used)
+    try:
+        assert Used.reads() == ("lr",) and Used.Settings(lr=0.1).lr == 0.1
+    finally:
+        methods.unregister(Used)
