@@ -94,8 +94,9 @@ def part_classes(cfg: dict[str, Any]) -> tuple[type | None, tuple[type, ...]]:
 
 
 def client_parts(cfg: dict[str, Any]) -> tuple:
-    """The client parts `client-objective` names, built from the resolved config."""
-    return tuple(part(cfg) for part in part_classes(cfg)[1])
+    """The client parts `client-objective` names, each built with its settings object from the
+    resolved config (a run config, or the clients' share of a named strategy's settings)."""
+    return tuple(part(part.Settings.from_config(cfg)) for part in part_classes(cfg)[1])
 
 
 def method_parts(cfg: dict[str, Any], parts: tuple | None = None) -> tuple[Any, tuple]:
@@ -103,7 +104,7 @@ def method_parts(cfg: dict[str, Any], parts: tuple | None = None) -> tuple[Any, 
     first (e.g. FedPAQ's quantization: its end() runs before the others'), then the client parts
     of `client-objective` (`parts`: those already built for this config)."""
     codec_class = part_classes(cfg)[0]
-    codec = codec_class(cfg) if codec_class else None
+    codec = codec_class(codec_class.Settings.from_config(cfg)) if codec_class else None
     parts = client_parts(cfg) if parts is None else tuple(parts)
     return codec, ((codec,) if codec else ()) + parts
 

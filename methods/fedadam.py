@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import flower_fedopt  # noqa: F401  (registers the server rule)
+from . import flower_fedopt  # (registers the server rule)
 from . import momentum
 from .parts import MethodDefinition
 from .registry import register
@@ -42,16 +42,20 @@ class FedACGAdamRule(momentum.MomentumRule):
     screening, robust aggregators), then `fedacg_adam_step_`; m and v are checkpointed."""
 
     name = "fedadam-fedacg"
-    keys = ("eta", "fedopt-tau", "aggregation", "robust-aggregator", "trim-fraction",
-            "num-malicious", "multikrum-select", "dp-clipping-norm", "dp-noise-multiplier")
+    uses = (momentum.ETA, flower_fedopt.TAU, momentum.AGGREGATION, *momentum.ROBUST)
     supports = frozenset({"aggregation=uniform", "dynamic-clients", "resume"})
     summary = ("FedACG's FedAdam: v_0 = tau^2, no bias correction; no look-ahead or global GC "
                "(docs/algorithms.md#fedadam-in-fedacgs-code)")
 
-    def __init__(self, cfg, model) -> None:
-        super().__init__(cfg, model)
-        self.tau: float = float(cfg["fedopt-tau"])
+    def __init__(self, settings, model=None) -> None:
+        super().__init__(settings, model)
+        self.tau: float = settings.fedopt_tau
         self.v = None
+
+    def momentum_setup(self, settings, model) -> dict[str, Any]:
+        """No look-ahead, momentum lam or global GC: the step is `fedacg_adam_step_`."""
+        return dict(eta=settings.eta, aggregation=settings.aggregation,
+                    robust=momentum.robust_aggregation(settings))
 
     def describe(self) -> str:
         return (f"fedadam-fedacg: eta={self.eta} tau={self.tau} betas=({BETA1}, {BETA2}) "

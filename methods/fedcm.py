@@ -15,7 +15,7 @@ from typing import Any
 from . import momentum
 from .parts import ClientPart, MethodDefinition, ReplyMetric, SettingError
 from .registry import register
-from .settings import Key
+from .settings import Key, Uses
 
 DELTA = "fedcm-delta"  # the record of Delta in the train instruction
 WHY_NOT_LOOKAHEAD = "FedCM is itself a momentum correction; no paper adds look-ahead to it"
@@ -48,9 +48,9 @@ class FedCMCorrection(ClientPart):
     down = (DELTA,)
     untested = {"lookahead": WHY_NOT_LOOKAHEAD, "local-gc": WHY_NOT_GC}
 
-    def __init__(self, cfg) -> None:
-        super().__init__(cfg)
-        self.a: float = float(cfg["fedcm-alpha"])
+    def __init__(self, settings) -> None:
+        super().__init__(settings)
+        self.a: float = settings.fedcm_alpha
 
     def begin(self, ctx) -> None:
         delta = ctx.down[DELTA].to_torch_state_dict()
@@ -76,19 +76,23 @@ class FedCMRule(momentum.MomentumRule):
     untested = {"lookahead": WHY_NOT_LOOKAHEAD, "global-gc": WHY_NOT_GC}
     summary = "theta += eta * d; sends Delta = -d / (K lr) (docs/baselines.md#fedcm)"
     uses_lr = True  # Delta = -d / (K lr_t)
+    # the momentum rule's keys, the clients' learning rate and their local iterations (None in a
+    # named strategy's settings: its clients' loop is the user's)
+    uses = (*momentum.MomentumRule.settings, *momentum.MomentumRule.uses,
+            Uses("lr", float, 0.05), Uses("lr-decay", float, 1.0),
+            Uses("local-iterations", int | None, 0))
 
-    def __init__(self, cfg, model) -> None:
-        super().__init__(cfg, model)
+    def __init__(self, settings, model=None) -> None:
+        super().__init__(settings, model)
         if self.lam != 0:
             raise SettingError(f"'lam' = {self.lam}: server-rule 'fedcm' has no server momentum "
                                "(FedCM's momentum is Delta); set lam = 0")
-        self.lr: float = float(cfg["lr"])
-        self.lr_decay: float = float(cfg["lr-decay"])
+        self.lr: float = settings.lr
+        self.lr_decay: float = settings.lr_decay
         self.delta = None
         # K's bound: local-iterations where set (every honest client takes exactly that many),
-        # else 1e9; a larger claim (1e15 made Delta ~0) drops the reply. (A named strategy's
-        # settings have no local-iterations: its clients' loop is the user's.)
-        iterations = cfg.get("local-iterations", 0)
+        # else 1e9; a larger claim (1e15 made Delta ~0) drops the reply.
+        iterations = settings.local_iterations or 0
         bound = float(iterations) if iterations > 0 else 1e9
         self.up_metrics = {"local-steps": ReplyMetric(low=0.0, high=bound, integer=True)}
 

@@ -23,60 +23,40 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
 
 from .feddyn import UNTESTED_GC, ModelStepRule
 from .parts import ClientPart, MethodDefinition, UpRecord
 from .registry import register
-from .settings import Key
+from .settings import Key, SettingError, Uses
 
 G_RECORD, DELTA_G_RECORD = "feddc-g", "feddc-dg"
 H_I_STATE, G_I_STATE = "feddc-h-i", "feddc-g-i"
 UP = {DELTA_G_RECORD: UpRecord()}  # om_i (G_i+ - G_i): one tensor per parameter, screened
 
 
-@dataclass(frozen=True)
-class CorrectionSteps:
-    """K of the correction d_i / (K lr) (docs/baselines.md#feddc). 'mean', FedDC's code: one K
-    for every client, local-iterations where set, else local-epochs * ceil(mean_j n_j / batch)
-    over the N partitions' training examples `sizes`; 'own' (and a local update outside a
-    federation, no sizes; and a loop of one's own, whose settings, a named strategy's, name
-    neither local-iterations nor local-epochs: its steps are its user's): the steps this client
-    took. Read from the run config once (`from_config`); a key the chosen K does not use may be
-    absent (None)."""
-
-    mode: str = "mean"  # 'feddc-steps'
-    local_iterations: int | None = None
-    local_epochs: int | None = None
-    batch_size: int | None = None
-
-    @classmethod
-    def from_config(cls, cfg: dict[str, Any]) -> CorrectionSteps:
-        return cls(mode=cfg.get("feddc-steps", "mean"),
-                   local_iterations=cfg.get("local-iterations"),
-                   local_epochs=cfg.get("local-epochs"), batch_size=cfg.get("batch-size"))
-
-    def k(self, steps_taken: int, sizes: Sequence[int]) -> int:
-        if self.mode == "own" or not sizes or (self.local_iterations is None
-                                               and self.local_epochs is None):
-            return steps_taken
-        if _given(self.local_iterations, "local-iterations") > 0:
-            return int(self.local_iterations)
-        return (int(_given(self.local_epochs, "local-epochs"))
-                * math.ceil(sum(sizes) / len(sizes) / _given(self.batch_size, "batch-size")))
+def correction_steps(settings, steps_taken: int, sizes: Sequence[int]) -> int:
+    """K of the correction d_i / (K lr) (docs/baselines.md#feddc), from `DriftCorrection`'s
+    settings. 'mean' (`feddc-steps`), FedDC's code: one K for every client, local-iterations
+    where set, else local-epochs * ceil(mean_j n_j / batch-size) over the N partitions'
+    training examples `sizes`; 'own' (and a local update outside a federation, no sizes; and a
+    loop of one's own, whose settings, a named strategy's, hold None for local-iterations and
+    local-epochs: its steps are its user's): the steps this client took."""
+    s = settings
+    if s.feddc_steps == "own" or not sizes or (s.local_iterations is None
+                                               and s.local_epochs is None):
+        return steps_taken
+    if _given(s.local_iterations, "local-iterations") > 0:
+        return int(s.local_iterations)
+    return (int(_given(s.local_epochs, "local-epochs"))
+            * math.ceil(sum(sizes) / len(sizes) / _given(s.batch_size, "batch-size")))
 
 
 def _given(value, key: str):
-    """`value`, or the KeyError a run config without `key` gave when K read it."""
+    """`value`, or the SettingError naming `key` where the settings do not know it (None)."""
     if value is None:
-        raise KeyError(key)
+        raise SettingError(f"FedDC's K of 'feddc-steps' = 'mean' reads '{key}', which these "
+                           "settings do not know (None)")
     return value
-
-
-def correction_steps(cfg: dict[str, Any], steps_taken: int, sizes: Sequence[int]) -> int:
-    """K of the correction d_i / (K lr) from a run config (`CorrectionSteps`)."""
-    return CorrectionSteps.from_config(cfg).k(steps_taken, sizes)
 
 
 def client_weight(partition: int, sizes: Sequence[int]) -> float:
@@ -121,12 +101,16 @@ class DriftCorrection(ClientPart):
     untested = {"local-gc": UNTESTED_GC}
     uses_partition_sizes = True  # om_i and the authors' K
     uses_lr = True  # G_i's d_i / (K lr)
+    # the clients' learning rate, and the local loop that makes FedDC's K ('mean'): None in a
+    # named strategy's settings (its clients' loop is its user's: K is the steps taken)
+    uses = (Uses("lr", float, 0.05), Uses("local-iterations", int | None, None),
+            Uses("local-epochs", int | None, None), Uses("batch-size", int | None, None))
 
-    def __init__(self, cfg) -> None:
-        super().__init__(cfg)
-        self.alpha: float = float(cfg["feddc-alpha"])
-        self.lr: float = float(cfg["lr"])  # the undecayed base lr of K lr
-        self.steps: CorrectionSteps = CorrectionSteps.from_config(cfg)
+    def __init__(self, settings) -> None:
+        super().__init__(settings)
+        self.alpha: float = settings.feddc_alpha
+        self.lr: float = settings.lr  # the undecayed base lr of K lr
+        self.k_settings = settings  # feddc-steps and the local loop: K (`correction_steps`)
 
     def begin(self, ctx) -> None:
         import torch
@@ -163,7 +147,7 @@ class DriftCorrection(ClientPart):
         d = torch._foreach_sub([p.detach() for p in ctx.params], self.phi)  # d_i = w_K - phi
         h_i = torch._foreach_add(self.h_i, d)
         # G_i+ - G_i = -G/om_i - d_i / (K lr)
-        k = self.steps.k(ctx.steps_done, self.sizes)
+        k = correction_steps(self.k_settings, ctx.steps_done, self.sizes)
         delta = torch._foreach_mul(d, -1.0 / (k * self.lr))
         torch._foreach_sub_(delta, self.g_over_om)
         g_i = torch._foreach_add(self.g_i, delta)
@@ -177,7 +161,6 @@ class FedDCRule(ModelStepRule):
     """G += (1/N) sum_S om_i delta-G_i; H += sum_S d_i; theta = mean_S w_i + H / N."""
 
     name = "feddc"
-    keys = ("lookahead", "lam", "aggregation", "global-gc", "gc-vectors", "gc-borderline")
     down = (G_RECORD,)
     up = UP
     state_names = ("feddc-g", "feddc-h")

@@ -55,10 +55,10 @@ class FeatureDecorrelation(ClientPart):
             topic="Baselines", base="penultimate"),
     )
 
-    def __init__(self, cfg) -> None:
-        super().__init__(cfg)
-        self.beta: float = float(cfg["decorr-beta"])
-        self.where: str = cfg["decorr-features"]
+    def __init__(self, settings) -> None:
+        super().__init__(settings)
+        self.beta: float = settings.decorr_beta
+        self.where: str = settings.decorr_features
 
     def begin(self, ctx) -> None:
         from models.features import FeatureTap

@@ -30,22 +30,23 @@ UNTESTED_LOOKAHEAD = ("it has its own server rule, theta = mean - h/alpha, and n
 UNTESTED_GC = "GC-Fed keeps GC off variance-reduction methods (docs/baselines.md#combinations)"
 
 
+ALPHA = Key("feddyn-alpha", float, 0.1,
+            "FedDyn's alpha: loss += alpha/2 ||w - phi||^2 - <g_i, w>, server theta = mean - "
+            "h/alpha (docs/baselines.md#feddyn).",
+            "client", low=0.0, low_open=True, high=1e4, strategy=True, topic="Baselines")
+
+
 class FedDynTerm(ClientPart):
     """- <g_i, w> + alpha/2 ||w - phi||^2 (as gradients), g_i kept on the node."""
 
     name = "feddyn"
-    settings = (
-        Key("feddyn-alpha", float, 0.1,
-            "FedDyn's alpha: loss += alpha/2 ||w - phi||^2 - <g_i, w>, server theta = mean - "
-            "h/alpha (docs/baselines.md#feddyn).",
-            "client", low=0.0, low_open=True, high=1e4, strategy=True, topic="Baselines"),
-    )
+    settings = (ALPHA,)
     client_state = True
     untested = {"local-gc": UNTESTED_GC}
 
-    def __init__(self, cfg) -> None:
-        super().__init__(cfg)
-        self.alpha: float = float(cfg["feddyn-alpha"])
+    def __init__(self, settings) -> None:
+        super().__init__(settings)
+        self.alpha: float = settings.feddyn_alpha
 
     def begin(self, ctx) -> None:
         import torch
@@ -79,10 +80,17 @@ class ModelStepRule(momentum.MomentumRule):
     supports = frozenset({"lookahead", "global-gc", "aggregation=uniform", "resume"})
     untested = {"lookahead": UNTESTED_LOOKAHEAD, "global-gc": UNTESTED_GC}
     state_names: tuple[str, ...] = ()  # the subclass's state (name -> tensor dicts)
+    # theta's step is `step`'s: no eta, and the plain weighted mean (no robust aggregator)
+    uses = (momentum.LOOKAHEAD, momentum.LAM, momentum.AGGREGATION, *momentum.GLOBAL_GC)
 
-    def __init__(self, cfg, model) -> None:
-        super().__init__(cfg, model)
+    def __init__(self, settings, model) -> None:
+        super().__init__(settings, model)
         self.param_names = [n for n, _ in model.named_parameters()]
+
+    def momentum_setup(self, settings, model) -> dict[str, Any]:
+        return dict(lam=settings.lam, lookahead=settings.lookahead,
+                    aggregation=settings.aggregation, gc_vectors=settings.gc_vectors,
+                    global_gc_layers=momentum.global_gc_layers(settings, model))
 
     def start(self, theta_record) -> None:
         import torch
@@ -143,15 +151,14 @@ class FedDynRule(ModelStepRule):
     """h -= kappa * sum_S d_i; theta = mean_S w_i - h / alpha, kappa = alpha / N."""
 
     name = "feddyn"
-    keys = ("feddyn-alpha", "lookahead", "lam", "aggregation", "global-gc", "gc-vectors",
-            "gc-borderline")
+    uses = (ALPHA, *ModelStepRule.uses)
     state_names = ("feddyn-h",)
     summary = "FedDyn: server state h, theta = mean - h/alpha (docs/baselines.md#feddyn)"
     variant = "paper"
 
-    def __init__(self, cfg, model) -> None:
-        super().__init__(cfg, model)
-        self.alpha: float = float(cfg["feddyn-alpha"])
+    def __init__(self, settings, model) -> None:
+        super().__init__(settings, model)
+        self.alpha: float = settings.feddyn_alpha
 
     def describe(self) -> str:
         return (f"{self.name}: alpha={self.alpha} kappa=" +

@@ -52,9 +52,9 @@ class LogitCalibration(ClientPart):
             choices=(PRESET,), low=0.0, high=1e4, strategy=True, topic="Baselines", base=1.0),
     )
 
-    def __init__(self, cfg) -> None:
-        super().__init__(cfg)
-        self.tau: float = float(cfg["lc-tau"])
+    def __init__(self, settings) -> None:
+        super().__init__(settings)
+        self.tau: float = settings.lc_tau
 
     def begin(self, ctx) -> None:
         import torch

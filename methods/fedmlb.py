@@ -48,11 +48,11 @@ class MultiLevelBranches(ClientPart):
         "global-gc": "no paper combines FedMLB with GC (FedMLB is a loss term only)",
     }
 
-    def __init__(self, cfg) -> None:
-        super().__init__(cfg)
-        self.lambda1: float = float(cfg["mlb-lambda1"])
-        self.lambda2: float = float(cfg["mlb-lambda2"])
-        self.temperature: float = float(cfg["mlb-temperature"])
+    def __init__(self, settings) -> None:
+        super().__init__(settings)
+        self.lambda1: float = settings.mlb_lambda1
+        self.lambda2: float = settings.mlb_lambda2
+        self.temperature: float = settings.mlb_temperature
         self.preacts = None
 
     def begin(self, ctx) -> None:

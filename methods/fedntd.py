@@ -58,11 +58,11 @@ class NotTrueDistillation(ClientPart):
             choices=(PRESET, "fedacg", "gcfed"), strategy=True, topic="Baselines", base="fedacg"),
     )
 
-    def __init__(self, cfg) -> None:
-        super().__init__(cfg)
-        self.beta: float = float(cfg["ntd-beta"])
-        self.tau: float = float(cfg["ntd-tau"])
-        self.form: str = cfg["ntd-form"]
+    def __init__(self, settings) -> None:
+        super().__init__(settings)
+        self.beta: float = settings.ntd_beta
+        self.tau: float = settings.ntd_tau
+        self.form: str = settings.ntd_form
         # weight of the KL term
         self.kl_weight = self.beta * (self.tau ** 2 if self.form == "gcfed" else 1.0)
 

@@ -25,7 +25,7 @@ from . import momentum  # noqa: F401  (registers the server rule)
 from . import fedprox  # noqa: F401  (registers the proximal term)
 from .parts import MethodDefinition, UplinkCodec
 from .registry import register
-from .settings import PRESET, Key
+from .settings import PRESET, Key, Uses
 
 NORMS = "fedpaq.norms"  # the reply's array of per-tensor norms
 
@@ -129,17 +129,17 @@ class UplinkQuantizer(UplinkCodec):
             "client", choices=("all", "gymlab", "gymlab-first-last"), strategy=True,
             topic="Baselines"),
     )
-    keys = ("seed",)
+    uses = (Uses("seed", int, 0),)  # of the stochastic rounding
 
     @classmethod
-    def on(cls, cfg: dict) -> bool:
-        return cfg.get("uplink-bits", 0) > 0
+    def on(cls, settings) -> bool:
+        return settings.uplink_bits > 0
 
-    def __init__(self, cfg: dict) -> None:
-        super().__init__(cfg)
-        self.bits: int = cfg["uplink-bits"]
-        self.tensors: str = cfg["uplink-tensors"]
-        self.seed: int = cfg["seed"]
+    def __init__(self, settings) -> None:
+        super().__init__(settings)
+        self.bits: int = settings.uplink_bits
+        self.tensors: str = settings.uplink_tensors
+        self.seed: int = settings.seed
 
     def begin(self, ctx) -> None:
         self.phi = {k: v.detach().clone() for k, v in ctx.model.state_dict().items()}
@@ -176,9 +176,10 @@ class UplinkQuantizer(UplinkCodec):
 class UplinkDecoder:
     """Rebuilds each reply's model w_i = phi + Q(d_i) in place, before screening."""
 
-    def __init__(self, cfg: dict) -> None:
-        self.bits: int = cfg["uplink-bits"]
-        self.tensors: str = cfg["uplink-tensors"]
+    def __init__(self, settings) -> None:
+        """`settings`: `UplinkQuantizer.Settings` (uplink-bits, uplink-tensors)."""
+        self.bits: int = settings.uplink_bits
+        self.tensors: str = settings.uplink_tensors
 
     def decode(self, record, phi: dict):
         """The model of an encoded reply record (name -> tensor); ValueError when it is not

@@ -37,9 +37,9 @@ class ProximalTerm(ClientPart):
                     "(FedProx mu).", "client", choices=(PRESET,), low=0.0, high=1e4,
                     strategy=True, topic="Method", base=0.0),)
 
-    def __init__(self, cfg) -> None:
-        super().__init__(cfg)
-        self.beta: float = float(cfg["beta"])
+    def __init__(self, settings) -> None:
+        super().__init__(settings)
+        self.beta: float = settings.beta
 
     def begin(self, ctx) -> None:
         self.phi = [p.detach().clone() for p in ctx.params] if self.beta > 0 else []

@@ -41,9 +41,9 @@ class SolPerturbation(ClientPart):
             "0 = FedAvg's step.", "client", low=0.0, high=1e4, strategy=True, topic="Baselines"),
     )
 
-    def __init__(self, cfg) -> None:
-        super().__init__(cfg)
-        self.rho: float = float(cfg["sol-rho"])
+    def __init__(self, settings) -> None:
+        super().__init__(settings)
+        self.rho: float = settings.sol_rho
 
     def begin(self, ctx) -> None:
         self.teacher = ctx.teacher()

@@ -23,9 +23,10 @@ from fileio.atomic import write_atomic
 from fileio.errors import UnusableFile
 from fileio.reading import open_regular
 
+from . import momentum
 from .parts import MethodDefinition, ServerRule, SettingError
 from .registry import register
-from .settings import Key
+from .settings import Key, Uses
 
 WHY_NOT = "FedVARP has its own server rule; no paper adds it"
 UNTESTED_GC = "GC-Fed keeps GC off variance-reduction methods (docs/baselines.md#combinations)"
@@ -68,21 +69,23 @@ class FedVARPRule(ServerRule):
             "MB, beyond in a memory-mapped file next to the runs (docs/baselines.md#fedvarp).",
             "server", low=0.0, resume_may_differ=True, high=1e9, strategy=True, topic="Baselines"),
     )
-    keys = ("eta", "aggregation")
+    # the server step, the client weights, and the folder of the runs, next to which a table
+    # too large for memory goes (None in a named strategy's settings: the working directory)
+    uses = (momentum.ETA, momentum.AGGREGATION, Uses("out-dir", str | None, None))
     supports = frozenset({"aggregation=uniform", "resume"})
     untested = {"local-gc": UNTESTED_GC}  # (global GC and look-ahead: not supported at all)
     summary = ("variance reduction with the last update of every client "
                "(docs/baselines.md#fedvarp)")
 
-    def __init__(self, cfg, model) -> None:
-        super().__init__(cfg, model)
-        if cfg["aggregation"] != "uniform":
+    def __init__(self, settings, model=None) -> None:
+        super().__init__(settings, model)
+        if settings.aggregation != "uniform":
             raise SettingError("'aggregation' = 'examples': server-rule 'fedvarp' averages "
                                "uniformly over the sampled clients (y is the plain mean of the N "
                                "clients' updates); set aggregation = 'uniform'")
-        self.eta: float = float(cfg["eta"])
-        self.limit_mb: float = float(cfg["fedvarp-memory-mb"])
-        self.folder: str = os.path.expanduser(cfg.get("out-dir") or ".")
+        self.eta: float = settings.eta
+        self.limit_mb: float = settings.fedvarp_memory_mb
+        self.folder: str = os.path.expanduser(settings.out_dir or ".")
         self.theta = self.y = self.table = None
         self.seen: set[int] = set()  # clients whose y_j is not 0 (any more)
         self.row_files: list[str] = []  # the rows files of the last two checkpoints

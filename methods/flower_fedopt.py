@@ -10,27 +10,30 @@ from __future__ import annotations
 import importlib
 from typing import ClassVar
 
+from . import momentum
 from .parts import ServerRule
 from .registry import register
 from .settings import Key
+
+TAU = Key("fedopt-tau", float, 1e-3,
+          "Adaptivity tau of fedadam/fedyogi/fedadagrad (Flower's FedOpt).",
+          "server", low=0.0, low_open=True, high=1e3, strategy=True, topic="Method")
 
 
 class FlowerFedOpt(ServerRule):
     """One of Flower's FedOpt strategies, used for its server update only."""
 
     flower_class: ClassVar[str] = "FedAdam"  # in flwr.serverapp.strategy (imported when built)
-    settings = (Key("fedopt-tau", float, 1e-3,
-                    "Adaptivity tau of fedadam/fedyogi/fedadagrad (Flower's FedOpt).",
-                    "server", low=0.0, low_open=True, high=1e3, strategy=True, topic="Method"),)
-    keys = ("eta",)
+    settings = (TAU,)
+    uses = (momentum.ETA,)
     sampling = "flower"
     summary = "Flower's own FedOpt strategy: no look-ahead, global GC, uniform weights, resume"
 
-    def __init__(self, cfg, model) -> None:
-        super().__init__(cfg, model)
+    def __init__(self, settings, model=None) -> None:
+        super().__init__(settings, model)
         flower_class = getattr(importlib.import_module("flwr.serverapp.strategy"),
                                self.flower_class)
-        self.flower = flower_class(eta=cfg["eta"], tau=cfg["fedopt-tau"])
+        self.flower = flower_class(eta=settings.eta, tau=settings.fedopt_tau)
         self._theta_record = None
 
     def describe(self) -> str:

@@ -17,52 +17,89 @@ from typing import Any
 
 from .parts import ServerRule
 from .registry import register
-from .settings import PRESET, Key
+from .settings import PRESET, Key, Settings, Uses
+
+# The app keys (run_config/schema.py) the momentum rule and its variants read, as fields of
+# their settings: the client weights, global GC, and how the updates become d
+# (server_math/robust.py: the aggregator and server-side DP, whose noise is seeded by the run's
+# seed).
+AGGREGATION = Uses("aggregation", str, "examples", knob=True)
+GLOBAL_GC = (Uses("global-gc", str, "none", knob=True),
+             Uses("gc-vectors", str, "center", knob=True),
+             Uses("gc-borderline", float | str, "classifier", knob=True))
+ROBUST = (Uses("robust-aggregator", str, "mean", knob=True),
+          Uses("trim-fraction", float, 0.2, knob=True),
+          Uses("num-malicious", int, 0, knob=True),
+          Uses("multikrum-select", int, 0, knob=True),
+          Uses("dp-clipping-norm", float, 0.0, knob=True),
+          Uses("dp-noise-multiplier", float, 0.0, knob=True),
+          Uses("seed", int, 0))
+
+
+LOOKAHEAD = Key("lookahead", bool, PRESET,
+                "Broadcast phi = theta + lam*m instead of theta (FedACG/FedAGM).",
+                "server", choices=(PRESET,), strategy=True, topic="Method", base=False)
+LAM = Key("lam", float, PRESET, "Server momentum / look-ahead coefficient lambda.",
+          "server", choices=(PRESET,), low=0.0, high=1.0, high_open=True, strategy=True,
+          topic="Method", base=0.0)
+ETA = Key("eta", float, PRESET,
+          "Server step size (FedAGM's tau; FedOpt's eta for fedadam/fedyogi/fedadagrad).",
+          "server", choices=(PRESET,), low=0.0, low_open=True, high=1e3, strategy=True,
+          topic="Method", base=1.0)
+
+
+def global_gc_layers(settings: Settings, model) -> list[str]:
+    """The parameters of `model` whose aggregated update gets global GC, from the fields of
+    `GLOBAL_GC` in a rule's settings."""
+    from models.centralization import gc_layer_names
+
+    if settings.global_gc == "none":
+        return []
+    return gc_layer_names(model, settings.global_gc, settings.gc_borderline)
+
+
+def robust_aggregation(settings: Settings):
+    """How a rule's updates become d (`server_math.robust.RobustConfig`), from the fields of
+    `ROBUST` in its settings."""
+    from server_math.robust import RobustConfig
+
+    return RobustConfig(
+        aggregator=settings.robust_aggregator, trim=settings.trim_fraction,
+        num_malicious=settings.num_malicious, multikrum_select=settings.multikrum_select,
+        dp_clipping_norm=settings.dp_clipping_norm,
+        dp_noise_multiplier=settings.dp_noise_multiplier, seed=settings.seed)
 
 
 class MomentumRule(ServerRule):
     """Look-ahead broadcast, weighted mean of the updates, global GC, server momentum and step."""
 
     name = "momentum"
-    settings = (
-        Key("lookahead", bool, PRESET,
-            "Broadcast phi = theta + lam*m instead of theta (FedACG/FedAGM).",
-            "server", choices=(PRESET,), strategy=True, topic="Method", base=False),
-        Key("lam", float, PRESET, "Server momentum / look-ahead coefficient lambda.",
-            "server", choices=(PRESET,), low=0.0, high=1.0, high_open=True, strategy=True,
-            topic="Method", base=0.0),
-        Key("eta", float, PRESET,
-            "Server step size (FedAGM's tau; FedOpt's eta for fedadam/fedyogi/fedadagrad).",
-            "server", choices=(PRESET,), low=0.0, low_open=True, high=1e3, strategy=True,
-            topic="Method", base=1.0),
-    )
-    keys = ("aggregation", "global-gc", "gc-vectors", "gc-borderline", "robust-aggregator",
-            "trim-fraction", "num-malicious", "multikrum-select", "dp-clipping-norm",
-            "dp-noise-multiplier")
+    settings = (LOOKAHEAD, LAM, ETA)
+    uses = (AGGREGATION, *GLOBAL_GC, *ROBUST)
     supports = frozenset({"lookahead", "global-gc", "aggregation=uniform", "dynamic-clients",
                           "resume"})
     summary = "look-ahead broadcast, server momentum, global GC (docs/algorithms.md#server-round)"
 
-    def __init__(self, cfg, model) -> None:
-        from models.centralization import gc_layer_names
-        from server_math.robust import robust_config
+    def __init__(self, settings: Settings, model=None) -> None:
+        """`settings`: `MomentumRule.Settings` (lam, eta, lookahead, aggregation, global GC,
+        robust aggregation, seed); `model`: the module or `ModelLayout` whose layers global GC
+        names (None: a rule without global GC)."""
+        super().__init__(settings, model)
+        self.setup(**self.momentum_setup(settings, model))
 
-        super().__init__(cfg, model)
-        self.setup(lam=cfg["lam"], eta=cfg["eta"], lookahead=cfg["lookahead"],
-                   aggregation=cfg["aggregation"], gc_vectors=cfg["gc-vectors"],
-                   global_gc_layers=gc_layer_names(model, cfg["global-gc"], cfg["gc-borderline"]),
-                   robust=robust_config(cfg))
-
-    @classmethod
-    def with_values(cls, **values) -> MomentumRule:
-        """The rule from keyword values (see `setup`) instead of a run config."""
-        rule = cls.__new__(cls)
-        rule.setup(**values)
-        return rule
+    def momentum_setup(self, settings: Settings, model) -> dict[str, Any]:
+        """The keywords of `setup` that this rule's settings give (a variant whose settings
+        lack some of the momentum rule's keys gives `setup`'s defaults for those)."""
+        return dict(lam=settings.lam, eta=settings.eta, lookahead=settings.lookahead,
+                    aggregation=settings.aggregation, gc_vectors=settings.gc_vectors,
+                    global_gc_layers=global_gc_layers(settings, model),
+                    robust=robust_aggregation(settings))
 
     def setup(self, *, lam: float = 0.0, eta: float = 1.0, lookahead: bool = False,
               aggregation: str = "examples", global_gc_layers: Sequence[str] = (),
               gc_vectors: str = "center", robust=None) -> None:
+        """The rule's maths from typed values (`momentum_setup` of its settings), its state
+        empty until `start`."""
         from server_math.robust import RobustConfig
 
         if not 0 <= lam < 1:

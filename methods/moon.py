@@ -53,10 +53,10 @@ class ModelContrastive(ClientPart):
     )
     client_state = True
 
-    def __init__(self, cfg) -> None:
-        super().__init__(cfg)
-        self.mu: float = float(cfg["moon-mu"])
-        self.tau: float = float(cfg["moon-tau"])
+    def __init__(self, settings) -> None:
+        super().__init__(settings)
+        self.mu: float = settings.moon_mu
+        self.tau: float = settings.moon_tau
 
     def begin(self, ctx) -> None:
         from models.features import FeatureTap

@@ -8,30 +8,52 @@ Nothing here imports torch or Flower: the run config reads the registry without 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 from server_math.records import FLOATS, PARAMETERS, ReplyMetric, UpRecord  # noqa: F401
 
-from .settings import Key
+from .settings import Key, SettingError, Settings, Uses, settings_class  # noqa: F401
 
 Config = dict[str, Any]  # a resolved run config (run_config.resolve), or a named strategy's
-# settings (run_config.resolve_strategy: the strategy keys only)
+# settings (run_config.resolve_strategy): read at the edge only, into each part's `Settings`
 # The strategies of `strategies.named` send their method to the clients in each train
 # instruction's config as keys with this prefix: 'method.name', 'method.<run-config key>' for each
 # setting given, 'method.classifier' (read by `client_app.own_app.LocalMethod`).
 CONFIG_PREFIX = "method."
 
 
+class _SettingsType:
+    """`Part.Settings`: the class's settings dataclass, made from its declarations on first use
+    (after the registry has checked them) and kept on the class."""
+
+    def __get__(self, instance, owner: type[Part]) -> type[Settings]:
+        made = owner.__dict__.get("_settings_type")
+        if made is None:
+            parent = next((k for k in owner.__mro__[1:] if issubclass(k, Part)), None)
+            inherits = "uses" not in vars(owner) and parent is not None
+            base = parent.Settings if inherits else Settings
+            declared = (*owner.declared(), *vars(owner).get("uses", ()))
+            made = settings_class(owner, declared, base)
+            owner._settings_type = made
+        return made
+
+
 class Part:
-    """What server rules and client parts share: the run-config keys they declare and read."""
+    """What server rules and client parts share: the run-config keys they declare and the
+    settings object they are built with (docs/extending.md#a-methods-knobs)."""
 
     # Its own knobs: the run-config keys its class body declares (`Key`s: type, default, range,
     # help), gathered by run_config.schema from the registry (docs/extending.md#a-methods-knobs).
     settings: ClassVar[tuple[Key, ...]] = ()
-    # The other keys it reads (declared in run_config/schema.py or by another part). A class
-    # body without `keys` reads what its base class reads, besides its own settings.
-    keys: ClassVar[tuple[str, ...]] = ()
+    # The other keys it reads: app keys (`Uses`: name, type, default) and other parts' knobs
+    # (their `Key`). A class body without `uses` reads what its base class reads, besides its
+    # own settings; one with `uses` reads its own settings and those.
+    uses: ClassVar[tuple[Key | Uses, ...]] = ()
+    # What it is built with: a frozen dataclass with one field per key it reads ('-' written
+    # '_'), made from `settings` and `uses` (methods.settings.Settings); nothing else of the
+    # run config reaches it.
+    Settings: ClassVar[type[Settings]] = _SettingsType()
 
     @classmethod
     def declared(cls) -> tuple[Key, ...]:
@@ -40,20 +62,25 @@ class Part:
 
     @classmethod
     def reads(cls) -> tuple[str, ...]:
-        """Every run-config key it reads: its settings, and those of its base classes up to the
-        first class whose body lists the other `keys` it reads, and those `keys`."""
-        names: list[str] = []
-        for klass in cls.__mro__:
-            if issubclass(klass, Part):
-                names += [key.name for key in klass.declared()]
-                if "keys" in vars(klass):
-                    return (*names, *klass.keys)
-        return tuple(names)
+        """Every run-config key it reads: the fields of its settings object."""
+        return cls.Settings.keys()
+
+    @classmethod
+    def knobs(cls) -> tuple[str, ...]:
+        """The keys it reads that do something only through the parts that read them: the
+        parts' knobs (`Key`s) and the app keys it `Uses` with `knob=True` (a run that sets one
+        of them and uses no part that reads it is refused)."""
+        return tuple(f.metadata["key"] for f in fields(cls.Settings) if f.metadata["knob"])
 
 
-class SettingError(ValueError):
-    """A part refuses a setting it was built with (e.g. FedCM with server momentum): the message
-    names the key and the fix. The run config's own checks raise `run_config.ConfigError`."""
+def _check_type(part: Part, settings: Any) -> None:
+    """Refuse settings other than the part's own (a run-config dict, another part's)."""
+    if not isinstance(settings, type(part).Settings):
+        raise SettingError(f"{type(part).__name__} is built with its settings object, "
+                           f"{type(part).__name__}.Settings(...) (or "
+                           f"{type(part).__name__}.Settings.from_config(resolved run config)), "
+                           f"not {type(settings).__name__}")
+
 
 class ClientPart(Part):
     """One part of the client objective of the local update (docs/algorithms.md
@@ -104,11 +131,11 @@ class ClientPart(Part):
     # (tests/test_client_blocks.py holds every registered part to it).
     uses_lr: ClassVar[bool] = False
 
-    def __init__(self, cfg: Config) -> None:
-        """`cfg`: the resolved run config (or the clients' share of a named strategy's
-        settings, `run_config.resolve_client`), read here only: a part keeps the settings it
-        uses as typed attributes (e.g. `self.beta: float = float(cfg["beta"])`), not the
-        dict."""
+    def __init__(self, settings: Settings) -> None:
+        """`settings`: its own settings object (`self.Settings`, built by the ClientApp from the
+        run config, or by keyword: `ProximalTerm(ProximalTerm.Settings(beta=0.1))`); a part
+        keeps what it uses as typed attributes (e.g. `self.beta = settings.beta`)."""
+        _check_type(self, settings)
 
     def begin(self, ctx) -> None:
         pass
@@ -147,17 +174,18 @@ class UplinkCodec(ClientPart):
     Client side (this class): a client part put first, so that its `end` (which turns the model
     into what the server will rebuild) runs before the method's own `end` hooks;
     `reply_arrays(model)` is the reply's 'arrays' record.
-    Server side (`decoder(cfg)`): `decode_replies(replies, phi)` replaces each reply's 'arrays'
-    by the model it encodes, in place, before screening, and returns {id(reply): why} for the
-    replies that do not decode (screening drops them, as malformed, with that reason); nothing
-    a client sends may make it raise.
+    Server side (`decoder(settings)`, from the codec's settings object):
+    `decode_replies(replies, phi)` replaces each reply's 'arrays' by the model it encodes, in
+    place, before screening, and returns {id(reply): why} for the replies that do not decode
+    (screening drops them, as malformed, with that reason); nothing a client sends may make it
+    raise.
     """
 
     decoder: ClassVar[type]
 
     @classmethod
-    def on(cls, cfg: Config) -> bool:
-        """Whether this run config switches the codec on."""
+    def on(cls, settings: Settings) -> bool:
+        """Whether these settings (the codec's, from the run config) switch the codec on."""
         return False
 
     def reply_arrays(self, model):
@@ -214,11 +242,12 @@ class ServerRule(Part):
     # where that mean may be written (a rule that keeps no reference to its d gives its last d)
     mean_buffer = None
 
-    def __init__(self, cfg: Config, model) -> None:
-        """`cfg`: the resolved run config (or a named strategy's settings,
-        `run_config.resolve_strategy`), read here only: a rule keeps the settings it uses as
-        typed attributes, not the dict. `model`: the module, or the `ModelLayout` of its
-        arrays."""
+    def __init__(self, settings: Settings, model=None) -> None:
+        """`settings`: its own settings object (`self.Settings`, built by the strategy assembly
+        from the run config, or by keyword: `MomentumRule(MomentumRule.Settings(lam=0.9),
+        model)`); a rule keeps what it uses as typed attributes. `model`: the module, or the
+        `ModelLayout` of its arrays (None: a rule that needs neither)."""
+        _check_type(self, settings)
 
     def describe(self) -> str:
         """The rule and its settings, for the log."""

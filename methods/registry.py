@@ -13,7 +13,7 @@ from typing import Any
 
 from .parts import (ClientPart, MethodDefinition, Part, ReplyMetric, ServerRule, UplinkCodec,
                     UpRecord)
-from .settings import Key
+from .settings import Key, Uses
 
 METHODS: dict[str, MethodDefinition] = {}
 SERVER_RULES: dict[str, type[ServerRule]] = {}
@@ -75,22 +75,32 @@ def _check_declarations(part: type[ServerRule] | type[ClientPart]) -> None:
 
 def _check_settings(part: type[Part]) -> None:
     """A part declares its knobs as `methods.Key`s, each name once in the whole registry (a part
-    that reads another's knob names it in `keys`)."""
+    that reads another's knob, or an app key, names it in `uses`)."""
     declared = part.declared()
     if not isinstance(declared, tuple) or not all(isinstance(k, Key) for k in declared):
         raise RegistryError(f"{part.__name__}.settings = {declared!r}: give a tuple of "
                             "methods.Key, e.g. settings = (Key('my-knob', float, 0.5, 'What it "
                             "does.', 'server', low=0.0, high=1.0),) (docs/extending.md"
                             "#a-methods-knobs)")
+    if "keys" in vars(part):  # (the hand list of names a part once read its config by)
+        raise RegistryError(f"{part.__name__}.keys: a part reads the keys it declares, its "
+                            "`settings` and its `uses` (app keys as methods.Uses('lr', float, "
+                            "0.05), other parts' Keys), from its settings object "
+                            "(docs/extending.md#a-methods-knobs)")
+    uses = vars(part).get("uses", ())
+    if not isinstance(uses, tuple) or not all(isinstance(k, (Key, Uses)) for k in uses):
+        raise RegistryError(f"{part.__name__}.uses = {uses!r}: give a tuple of methods.Uses "
+                            "(app keys: Uses('lr', float, 0.05)) and other parts' Keys "
+                            "(docs/extending.md#a-methods-knobs)")
     owners = {key.name: owner for key, owner in setting_owners() if owner is not part}
     for key in declared:
         if key.name in owners:
             raise RegistryError(f"{part.__name__} declares the run-config key '{key.name}', "
                                 f"which {owners[key.name].__name__} declares already: name it "
-                                "in `keys` to read it, or give the new knob another name")
-        if key.name in part.keys:
+                                "in `uses` to read it, or give the new knob another name")
+        if key.name in {entry.name for entry in uses}:
             raise RegistryError(f"{part.__name__} names '{key.name}' in both `settings` and "
-                                "`keys`: `keys` lists only the knobs declared elsewhere")
+                                "`uses`: `uses` lists only the keys declared elsewhere")
 
 
 def setting_owners() -> list[tuple[Key, type[Part]]]:
@@ -145,10 +155,12 @@ def client_part_names() -> tuple[str, ...]:
     return tuple(CLIENT_PARTS)
 
 
-def uplink_codec(cfg: dict[str, Any]) -> type[UplinkCodec] | None:
-    """The registered uplink codec this run config switches on (e.g. FedPAQ's with uplink-bits >
-    0), or None: the models travel up as plain tensors."""
-    found = [codec for codec in UPLINK_CODECS.values() if codec.on(cfg)]
+def uplink_codec(cfg: Mapping[str, Any]) -> type[UplinkCodec] | None:
+    """The registered uplink codec this resolved run config switches on (e.g. FedPAQ's with
+    uplink-bits > 0: `on` of the codec's settings from `cfg`), or None: the models travel up as
+    plain tensors."""
+    found = [codec for codec in UPLINK_CODECS.values()
+             if codec.on(codec.Settings.from_config(cfg))]
     if len(found) > 1:
         raise RegistryError(f"the run config switches on {len(found)} uplink codecs "
                             f"({', '.join(c.name for c in found)}): at most one can encode a reply")
@@ -161,9 +173,10 @@ def parse_objective(value: str) -> tuple[str, ...]:
     return () if names == ("none",) else names
 
 
-def check_parts(cfg: dict[str, Any]) -> list[str]:
+def check_parts(cfg: dict[str, Any], resume: bool = False) -> list[str]:
     """Why this combination of server rule, client parts and switches cannot work (one message
-    per conflict, each naming both parts); empty when it can."""
+    per conflict, each naming both parts); empty when it can. `resume`: whether the run resumes
+    from a checkpoint (a named strategy's never does)."""
     rule = SERVER_RULES[cfg["server-rule"]]
     parts = [CLIENT_PARTS[p] for p in parse_objective(cfg["client-objective"])]
     problems = []
@@ -197,7 +210,7 @@ def check_parts(cfg: dict[str, Any]) -> list[str]:
         "global-gc": (cfg["global-gc"] != "none", f"'global-gc' = '{cfg['global-gc']}'"),
         "aggregation=uniform": (cfg["aggregation"] == "uniform", "'aggregation' = 'uniform'"),
         "dynamic-clients": (cfg["dynamic-replace-prob"] > 0, "'dynamic-replace-prob' > 0"),
-        "resume": (bool(cfg.get("resume")), "'resume'"),  # (a named strategy: never)
+        "resume": (resume, "'resume'"),
     }
     for switch, (on, shown) in switches.items():
         if on and switch not in rule.supports:

@@ -19,6 +19,7 @@ from typing import Any
 from . import momentum
 from .parts import ClientPart, MethodDefinition, UpRecord
 from .registry import register
+from .settings import Uses
 
 C_RECORD, DELTA_C_RECORD, C_I_STATE = "scaffold-c", "scaffold-dc", "scaffold-c-i"
 UP = {DELTA_C_RECORD: UpRecord()}  # delta-c_i: one tensor per parameter, screened by the server
@@ -44,11 +45,12 @@ class ScaffoldCorrection(ClientPart):
     client_state = True
     untested = {"local-gc": UNTESTED_GC}
     uses_lr = True  # delta-c_i's 1 / (K_eff lr)
+    uses = (Uses("lr", float, 0.05), Uses("local-momentum", float, 0.0))
 
-    def __init__(self, cfg) -> None:
-        super().__init__(cfg)
-        self.local_momentum: float = float(cfg["local-momentum"])  # K_eff's rho
-        self.lr: float = float(cfg["lr"])  # the undecayed base lr
+    def __init__(self, settings) -> None:
+        super().__init__(settings)
+        self.local_momentum: float = settings.local_momentum  # K_eff's rho
+        self.lr: float = settings.lr  # the undecayed base lr
 
     def begin(self, ctx) -> None:
         import torch
@@ -93,8 +95,8 @@ class ScaffoldRule(momentum.MomentumRule):
     summary = ("SCAFFOLD: server control variate c sent with theta, clients' delta-c_i "
                "(docs/baselines.md#scaffold)")
 
-    def __init__(self, cfg, model) -> None:
-        super().__init__(cfg, model)
+    def __init__(self, settings, model) -> None:
+        super().__init__(settings, model)
         self.param_names = [n for n, _ in model.named_parameters()]
 
     def describe(self) -> str:

@@ -41,6 +41,7 @@ def resolve(run_config: Mapping[str, Any]) -> dict[str, Any]:
     return cfg
 
 
+
 def resolve_strategy(settings: Mapping[str, Any]) -> dict[str, Any]:
     """A named strategy's settings (strategies/named.py: `FedACG(lam=0.5)`, `Method(...)`),
     typed and checked as a run config's are, by the same keys: `method` and the keys the schema
@@ -158,7 +159,7 @@ def _check_combinations(cfg: dict[str, Any], explicit: set[str]) -> None:
             "ResNet-18's narrowest layer): use 1, 2, 4, 8, 16, 32 or 64."
         )
     _check_paths(cfg)
-    _check_parts(cfg, explicit)
+    _check_parts(cfg, explicit, resume=bool(cfg["resume"]))
     _check_own_data(cfg)
 
 
@@ -262,18 +263,20 @@ def _check_objective(cfg: dict[str, Any]) -> None:
             f"{', '.join(repr(p) for p in methods.client_part_names())}.")
 
 
-def _check_parts(cfg: dict[str, Any], explicit: set[str]) -> None:
+def _check_parts(cfg: dict[str, Any], explicit: set[str], resume: bool = False) -> None:
     """Refuse, before the run starts, parts that cannot work together (each message names both
-    parts) and keys set for a part that the run does not use."""
+    parts) and knobs set for a part that the run does not use (`Part.knobs`: the parts' own
+    keys and the app keys that act only through them). `resume`: the run resumes (a named
+    strategy's never does)."""
     _check_objective(cfg)
     rule = methods.SERVER_RULES[cfg["server-rule"]]
     parts = [methods.CLIENT_PARTS[p] for p in parse_objective(cfg["client-objective"])]
     used = set(rule.reads()).union(*(p.reads() for p in parts))
     owners = {}
     for part in [*methods.SERVER_RULES.values(), *methods.CLIENT_PARTS.values()]:
-        for key in part.reads():
+        for key in part.knobs():
             owners.setdefault(key, []).append(part)
-    problems = methods.check_parts(cfg)
+    problems = methods.check_parts(cfg, resume=resume)
     if problems:
         raise ConfigError("run config: these parts cannot work together: " + "; ".join(problems)
                           + ". Choose other parts or switches.")

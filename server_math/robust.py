@@ -37,7 +37,10 @@ AGGREGATORS = ("mean", "median", "trimmed-mean", "krum", "multikrum", "bulyan")
 
 @dataclass(frozen=True)
 class RobustConfig:
-    """How the round's updates become d: the aggregator and server-side DP (0 = off)."""
+    """How the round's updates become d: the aggregator and server-side DP (0 = off). Built by
+    the server rules from their settings (`methods.momentum.robust_aggregation`: the run
+    config's robust-aggregator, trim-fraction, num-malicious, multikrum-select,
+    dp-clipping-norm, dp-noise-multiplier and seed)."""
 
     aggregator: str = "mean"
     trim: float = 0.2  # trimmed-mean: fraction cut at each end, in [0, 0.5)
@@ -52,15 +55,6 @@ class RobustConfig:
             raise ValueError(f"unknown aggregator {self.aggregator!r}; one of {AGGREGATORS}")
         if not 0 <= self.trim < 0.5:
             raise ValueError(f"trim must be in [0, 0.5), got {self.trim}")
-
-
-def robust_config(cfg) -> RobustConfig:
-    """The run config's robust-aggregation and DP keys."""
-    return RobustConfig(
-        aggregator=cfg["robust-aggregator"], trim=cfg["trim-fraction"],
-        num_malicious=cfg["num-malicious"], multikrum_select=cfg["multikrum-select"],
-        dp_clipping_norm=cfg["dp-clipping-norm"], dp_noise_multiplier=cfg["dp-noise-multiplier"],
-        seed=cfg["seed"])
 
 
 class TooFewUpdates(ValueError):

@@ -13,6 +13,7 @@ PyTorch model: no run config, no model of this project. The clients' share of th
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import inspect
 from collections.abc import Callable, Sequence
@@ -28,7 +29,7 @@ from models.centralization import ModelLayout
 from run_config import ConfigError, coerce, resolve_strategy
 from run_config.schema import KEYS, KEYS_BY_NAME
 
-from .assembly import build_rule, strategy_arguments
+from .assembly import make_rule, rule_settings, strategy_arguments
 from .round_loop import MethodStrategy
 
 PREFIX = methods.parts.CONFIG_PREFIX  # the train config's keys that carry the method
@@ -80,10 +81,11 @@ def _own_names(name: str, cls: type, given: dict[str, Any], flower: dict[str, An
             raise ValueError(f"{name}: {by[setting]}={settings[setting]!r} and {user}={value!r} "
                              f"set the same knob ({setting}): give one of them")
         settings[setting], by[setting] = value, user
-    for knob, default in cls.KNOBS.items():
+    defaults = cls.knob_defaults()
+    for knob in cls.KNOBS:
         setting = cls.RENAMED.get(knob, knob)
         if setting not in settings:
-            settings[setting], by[setting] = default, knob
+            settings[setting], by[setting] = defaults[knob], knob
     names = {setting.replace("_", "-"): user for setting, user in by.items()}
     return settings, names
 
@@ -127,10 +129,23 @@ class Method(MethodStrategy):
         the app's (docs/security.md), its extra records' included.
     """
 
-    # A named strategy's own keywords and their defaults (user name -> default), and those of
-    # them that are a setting of another name (FedAGM's tau is eta): see `FedACG` below.
-    KNOBS: ClassVar[dict[str, Any]] = {}
+    # A named strategy's method, its own keywords (their defaults: the method's preset, else
+    # the key's default; `knob_defaults`), and those of them that are a setting of another name
+    # (FedAGM's tau is eta): see `FedACG` below.
+    METHOD: ClassVar[str] = ""
+    KNOBS: ClassVar[tuple[str, ...]] = ()
     RENAMED: ClassVar[dict[str, str]] = {}
+
+    @classmethod
+    def knob_defaults(cls) -> dict[str, Any]:
+        """Each of its own keywords' default: the value of its setting under the method's
+        preset (`methods.MethodDefinition.preset`), else the run-config key's default, as
+        `run_config.resolve_strategy` gives it for the method alone."""
+        if not cls.KNOBS:
+            return {}
+        resolved = resolve_strategy({"method": cls.METHOD})
+        return {knob: resolved[cls.RENAMED.get(knob, knob).replace("_", "-")]
+                for knob in cls.KNOBS}
 
     def __init__(
         self,
@@ -197,6 +212,9 @@ class Method(MethodStrategy):
             train_metrics_aggr_fn=train_metrics_aggr_fn,
             evaluate_metrics_aggr_fn=evaluate_metrics_aggr_fn)
         self.method = method
+        # the server rule's settings object, built once here (lr=... or train_config's 'lr', where
+        # it reads it, replaced when the rule is built for the arrays)
+        self.rule_settings = rule_settings(self.cfg)
         self.classifier = classifier
         self.client_config: dict[str, Any] = {}  # the method.* keys of each train instruction
         self._train_config: ConfigRecord | None = None
@@ -249,9 +267,11 @@ class Method(MethodStrategy):
             raise ValueError(f"{name}: server-rule '{rule}' needs the clients' learning rate: "
                              "pass lr=... or start(..., train_config=ConfigRecord({'lr': ...}))")
         # the rule reads 'lr' only where it uses it (`uses_lr`): then it is the clients' own
-        settings = self.cfg if lr is None else {**self.cfg, "lr": lr}
+        settings = self.rule_settings
+        if lr is not None and "lr" in settings.keys():
+            settings = dataclasses.replace(settings, lr=lr)
         try:
-            self.rule, self.up_records = build_rule(settings, layout, state)
+            self.rule, self.up_records = make_rule(settings, layout, state)
         except ValueError as err:
             raise ValueError(f"{name}: {err}") from None
         sent = {**self.settings, **({} if lr is None else {"lr": lr})}
@@ -314,10 +334,10 @@ class FedACG(Method):
         settings, as for `Method` (e.g. `eta`, `local_gc`, `lr`, `max_update_norm`).
     """
 
-    KNOBS = {"lam": 0.85, "beta": 0.01}
+    METHOD, KNOBS = "fedacg", ("lam", "beta")
 
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__("fedacg", **kwargs)
+        super().__init__(self.METHOD, **kwargs)
 
 
 class FedAGM(Method):
@@ -344,11 +364,11 @@ class FedAGM(Method):
         Flower's FedAvg keywords and further settings, as for `FedACG`.
     """
 
-    KNOBS = {"lam": 0.85, "beta": 0.01, "tau": 1.0, "alpha": 1.0}
+    METHOD, KNOBS = "fedagm", ("lam", "beta", "tau", "alpha")
     RENAMED = {"tau": "eta"}
 
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__("fedagm", **kwargs)
+        super().__init__(self.METHOD, **kwargs)
 
 
 class GCFed(Method):
@@ -375,10 +395,10 @@ class GCFed(Method):
         Flower's FedAvg keywords and further settings, as for `FedACG`.
     """
 
-    KNOBS = {"gc_vectors": "center"}
+    METHOD, KNOBS = "gcfed", ("gc_vectors",)
 
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__("gcfed", **kwargs)
+        super().__init__(self.METHOD, **kwargs)
 
 
 class FedACGGCFed(Method):
@@ -403,10 +423,10 @@ class FedACGGCFed(Method):
         Flower's FedAvg keywords and further settings, as for `FedACG`.
     """
 
-    KNOBS = {"lam": 0.85, "beta": 0.01, "gc_vectors": "center"}
+    METHOD, KNOBS = "fedacg+gcfed", ("lam", "beta", "gc_vectors")
 
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__("fedacg+gcfed", **kwargs)
+        super().__init__(self.METHOD, **kwargs)
 
 
 def _signature(cls: type[Method]) -> inspect.Signature:
@@ -414,7 +434,7 @@ def _signature(cls: type[Method]) -> inspect.Signature:
     knobs with their defaults, then Method's keywords (Flower FedAvg's, with FedAvg's defaults;
     classifier, identify_nodes, Flower FedAvgM's aliases), then the further settings."""
     own = [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, default=v)
-           for k, v in cls.KNOBS.items()]
+           for k, v in cls.knob_defaults().items()]
     base = [p for p in inspect.signature(Method.__init__).parameters.values()
             if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name not in cls.KNOBS]
     rest = inspect.Parameter("settings", inspect.Parameter.VAR_KEYWORD, annotation=Any)

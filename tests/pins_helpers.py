@@ -32,7 +32,7 @@ def local_train(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *, lr:
     cfg = LocalConfig(lr=lr, local_iterations=steps, batch_size=batch_size, alpha=alpha,
                       grad_clip=grad_clip, local_momentum=momentum, weight_decay=weight_decay,
                       local_gc_layers=local_gc_layers, gc_vectors=gc_vectors)
-    parts = [ProximalTerm({"beta": beta})] if beta > 0 else []
+    parts = [ProximalTerm(ProximalTerm.Settings(beta=beta))] if beta > 0 else []
     return local_update(model, x, y, cfg, generator, parts=parts)
 
 

@@ -7,6 +7,7 @@ import torch
 from flwr.app import ArrayRecord, MetricRecord, RecordDict
 
 from methods.momentum import MomentumRule
+from server_math.robust import RobustConfig
 from strategies import MethodStrategy, Nodes
 
 
@@ -23,9 +24,14 @@ def LookaheadFedAvg(  # noqa: N802  (the strategy's former class name)
     with the round loop's own knobs (node identity, dynamic clients, screening) exposed:
     lam = 0, eta = 1, no global GC: FedAvg. lookahead = False, lam > 0: FedAvgM.
     lookahead = True: FedACG (FedAGM with eta = tau)."""
-    rule = MomentumRule.with_values(lam=lam, eta=eta, lookahead=lookahead, aggregation=aggregation,
-                                    global_gc_layers=global_gc_layers, gc_vectors=gc_vectors,
-                                    robust=robust_config)
+    robust = robust_config or RobustConfig()
+    rule = MomentumRule(MomentumRule.Settings(
+        lam=lam, eta=eta, lookahead=lookahead, aggregation=aggregation, gc_vectors=gc_vectors,
+        robust_aggregator=robust.aggregator, trim_fraction=robust.trim,
+        num_malicious=robust.num_malicious, multikrum_select=robust.multikrum_select,
+        dp_clipping_norm=robust.dp_clipping_norm,
+        dp_noise_multiplier=robust.dp_noise_multiplier, seed=robust.seed))
+    rule.global_gc_layers = list(global_gc_layers)  # (by name: no model here)
     fedavg_kwargs.setdefault("min_available_nodes", fedavg_kwargs.get("min_train_nodes", 2))
     nodes = Nodes(seed=seed, min_available_nodes=fedavg_kwargs["min_available_nodes"],
                   node_wait_timeout=node_wait_timeout, identify_nodes=identify_nodes,

@@ -269,7 +269,9 @@ def test_a_metric_the_rule_reads_is_screened(steps):
         check_update(content, phi, "num-examples", metrics=FedCMRule.up_metrics)
     from models import build_model
 
-    rule = FedCMRule(resolve({"method": "fedcm", "local-iterations": 5}),
+    settings = FedCMRule.Settings.from_config(resolve({"method": "fedcm",
+                                                       "local-iterations": 5}))
+    rule = FedCMRule(settings,
                      build_model("mlp", (1, 8, 8), 10))
     content["metrics"]["local-steps"] = 6
     with pytest.raises(BadUpdate, match=r"'local-steps' = 6, .* in \[0, 5\]"):

@@ -81,7 +81,7 @@ def test_one_and_two_sgd_steps_by_hand():
     b2 = [b1[i] - lr * (alpha * gb[i] + beta * (b1[i] - b0[i]) + wd * b1[i]) for i in range(2)]
 
     cfg = LocalConfig(lr=lr, local_iterations=2, batch_size=1, alpha=alpha, weight_decay=wd)
-    out = local_update(model, x, y, cfg, parts=[ProximalTerm({"beta": beta})])
+    out = local_update(model, x, y, cfg, parts=[ProximalTerm(ProximalTerm.Settings(beta=beta))])
     assert torch.allclose(model.weight, torch.tensor(W2), atol=1e-6)
     assert torch.allclose(model.bias, torch.tensor(b2), atol=1e-6)
     assert out["local-steps"] == 2

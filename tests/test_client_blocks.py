@@ -104,7 +104,9 @@ def test_same_steps_as_the_apps_local_update(method):
     msg = instruction(Method(method, **settings), own_model, lr=lr)
     cfg = resolve({"method": method, **settings})
     ctx = LocalContext(state=RecordDict(), num_classes=10, train_y=y, server_round=1)
-    codec = UplinkQuantizer(cfg) if cfg["uplink-bits"] else None  # as client_app.app adds it
+    # as client_app.app adds it
+    codec = (UplinkQuantizer(UplinkQuantizer.Settings.from_config(cfg)) if cfg["uplink-bits"]
+             else None)
     local_update(app_model, x, y,
                  LocalConfig(lr=lr, local_iterations=steps, batch_size=batch, alpha=cfg["alpha"],
                              local_gc_layers=local_gc_layers(cfg, app_model),
@@ -156,7 +158,7 @@ def test_the_client_parts_that_read_lr_say_so():
         without = {k: v for k, v in settings.items() if k != "lr"}
 
         def build(cfg):
-            return client_parts(cfg) if codec is None else codec(cfg)
+            return client_parts(cfg) if codec is None else codec(codec.Settings.from_config(cfg))
 
         build(settings)
         try:

@@ -91,7 +91,7 @@ def test_a_method_from_tests_runs_end_to_end(tmp_path, median_method):
     # the rule's state is in the checkpoint and restores exactly
     ckpt = load_checkpoint(tmp_path / "run" / "checkpoint.pt")
     assert ckpt["round"] == 3 and len(ckpt["strategy"]["drifts"]) == 9
-    rule = median_method.CoordinateMedian({}, None)
+    rule = median_method.CoordinateMedian(median_method.CoordinateMedian.Settings(), None)
     rule.load_state_dict(ckpt["strategy"])
     assert all(torch.equal(rule.theta[k], final[k]) for k in final)
     assert rule.state_dict()["anchor-rounds"] == 4

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from methods.fedcm import FedCMRule, fedcm_grad_
-from methods.fedpaq import (UplinkDecoder, dequantize, pack_codes, quantize, quantized_names,
-                            unpack_codes)
+from methods.fedpaq import (UplinkDecoder, UplinkQuantizer, dequantize, pack_codes, quantize,
+                            quantized_names, unpack_codes)
 from methods.fedvarp import FedVARPRule, UpdateTable, varp_step
 from pins_helpers import final_model, real_client, recording, resolved, run_folder, run_server_app
 
@@ -152,7 +152,7 @@ def test_fedpaq_rounding_is_seeded_per_client_and_round(tmp_path):
 
 def test_decoder_refuses_what_is_not_an_encoding():
     phi = {"w": torch.zeros(3)}
-    dec = UplinkDecoder({"uplink-bits": 2, "uplink-tensors": "all"})
+    dec = UplinkDecoder(UplinkQuantizer.Settings(uplink_bits=2, uplink_tensors="all"))
     from flwr.app import ArrayRecord
 
     good = ArrayRecord({"w": pack_codes(torch.tensor([2, -1, 0]), 2),
@@ -172,7 +172,7 @@ def test_no_malformed_uplink_reply_makes_the_decoder_raise():
     from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
 
     phi = {"w": torch.zeros(3), "b": torch.zeros(2)}
-    dec = UplinkDecoder({"uplink-bits": 2, "uplink-tensors": "all"})
+    dec = UplinkDecoder(UplinkQuantizer.Settings(uplink_bits=2, uplink_tensors="all"))
     codes = {"w": pack_codes(torch.tensor([2, -1, 0]), 2),
              "b": pack_codes(torch.tensor([1, 0]), 2)}
     norms = torch.tensor([3.0, 1.0])
@@ -216,7 +216,7 @@ def test_fedcm_gradient_hand_value():
 
 def fedcm_rule(**keys):
     cfg = resolved({"method": "fedcm", "lr": 0.1, "lr-decay": 0.5, **keys})
-    return FedCMRule(cfg, torch.nn.Linear(1, 1))
+    return FedCMRule(FedCMRule.Settings.from_config(cfg), torch.nn.Linear(1, 1))
 
 
 def reply(steps):
@@ -288,7 +288,7 @@ def test_fedcm_with_a_0_repeats_its_update():
     state = rule.state_dict()
     state["fedcm-delta"] = {k: torch.randn(v.shape) for k, v in rule.theta.items()}
     rule.load_state_dict(state)  # a Delta of an earlier round
-    part = FedCMCorrection({"fedcm-alpha": 0.0})
+    part = FedCMCorrection(FedCMCorrection.Settings(fedcm_alpha=0.0))
     cfg = LocalConfig(lr=0.1, local_iterations=4, batch_size=5, grad_clip=0.0)
     updates = []
     for t in (1, 2, 3):
@@ -321,7 +321,7 @@ def test_varp_step_two_rounds_by_hand():
 
 def fedvarp_rule(**keys):
     cfg = resolved({"method": "fedvarp", **keys})
-    return FedVARPRule(cfg, torch.nn.Linear(1, 1))
+    return FedVARPRule(FedVARPRule.Settings.from_config(cfg), torch.nn.Linear(1, 1))
 
 
 def drive(rule, rounds, sampled, n_clients, seed=0):
@@ -389,7 +389,8 @@ def test_a_rule_refuses_its_settings_with_an_error_of_ours(method, setting, fix)
 
     cfg = resolved({"method": method, **setting})
     with pytest.raises(SettingError, match=fix) as err:
-        SERVER_RULES[cfg["server-rule"]](cfg, torch.nn.Linear(2, 2))
+        rule = SERVER_RULES[cfg["server-rule"]]
+        rule(rule.Settings.from_config(cfg), torch.nn.Linear(2, 2))
     assert one_line(err.value).startswith(f"'{next(iter(setting))}' = ")
 
 

@@ -69,12 +69,12 @@ def _equal(a: nn.Module, b: nn.Module) -> bool:
 
 
 def test_fedsol_at_phi_first_step_is_plain_ce_and_rho_zero_is_fedavg():
-    sol = SolPerturbation({"sol-rho": 1.0})
+    sol = SolPerturbation(SolPerturbation.Settings(sol_rho=1.0))
     # w = phi at the first step: e = 0 exactly, so the step is FedAvg's, bit for bit
     assert _equal(_train(_mlp(), [sol], 1, local_momentum=0.9, weight_decay=1e-3),
                   _train(_mlp(), [], 1, local_momentum=0.9, weight_decay=1e-3))
     # rho = 0: FedAvg at every step
-    assert _equal(_train(_mlp(), [SolPerturbation({"sol-rho": 0.0})], 5),
+    assert _equal(_train(_mlp(), [SolPerturbation(SolPerturbation.Settings(sol_rho=0.0))], 5),
                   _train(_mlp(), [], 5))
     # once w has left phi, rho > 0 takes other steps
     assert not _equal(_train(_mlp(), [sol], 5), _train(_mlp(), [], 5))
@@ -111,7 +111,8 @@ def test_fedsol_step_gradient_matches_a_second_implementation(local_gc):
     ctx = LocalContext(_teacher=teacher)
     local = LocalConfig(lr=1.0, local_iterations=1, batch_size=len(y),
                         local_gc_layers=4 if local_gc else 0)
-    local_update(model, x, y, local, parts=[SolPerturbation({"sol-rho": 0.7})], ctx=ctx)
+    local_update(model, x, y, local,
+                 parts=[SolPerturbation(SolPerturbation.Settings(sol_rho=0.7))], ctx=ctx)
     for n, p in model.named_parameters():  # lr 1, no momentum or decay: w_1 = w_0 - g
         assert torch.allclose(w0[n] - p.detach(), expected[n], atol=1e-6), n
     assert not torch.allclose(expected["0.weight"],
@@ -199,7 +200,8 @@ def _plain_mlb_objective(sd, sd_t, x, y, l1, l2, temp):
 
 
 def _mlb(l1=1.0, l2=1.0, temp=1.0):
-    return MultiLevelBranches({"mlb-lambda1": l1, "mlb-lambda2": l2, "mlb-temperature": temp})
+    return MultiLevelBranches(MultiLevelBranches.Settings(mlb_lambda1=l1, mlb_lambda2=l2,
+                                                          mlb_temperature=temp))
 
 
 def _loop_objective(model, part, x, y, teacher=None):

@@ -37,6 +37,11 @@ OUR_METHODS = ("moon", "fedlc", "fedlc-fedacg", "fedlc-gcfed", "fedntd", "fedntd
 # ---------------------------------------------------------------- features of every model
 
 
+def built(part, cfg):
+    """`part` built with its settings object from the resolved config `cfg`."""
+    return part(part.Settings.from_config(cfg))
+
+
 def _input(name: str, n: int = 5):
     torch.manual_seed(1)
     if name == "char-lstm":
@@ -158,7 +163,7 @@ def test_a_part_replaces_the_task_loss_and_the_reported_loss_stays_ce():
     x, y = torch.randn(8, 4), torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])
     trained = copy.deepcopy(start)
     stats = local_update(trained, x, y, LocalConfig(lr=0.5, local_iterations=1, batch_size=8,
-                                                    alpha=2.0), parts=[_Scaled({})],
+                                                    alpha=2.0), parts=[_Scaled(_Scaled.Settings())],
                          ctx=LocalContext())
     expected = _manual_step(start, lambda m: 2.0 * 0.25 * F.cross_entropy(m(x), y))
     _same(trained, expected)
@@ -204,7 +209,7 @@ def test_fedlc_part_trains_on_the_calibrated_ce_only():
     y = torch.tensor([0, 2, 2, 0, 2, 2, 0, 2])  # class 1 absent, counts (3, 0, 5)
     start, x, _ = _one_step([], cfg=LocalConfig(lr=1e-9, local_iterations=1, batch_size=8), y=y)
     cfg = resolve({"method": "fedlc"})
-    trained, _, _ = _one_step([LogitCalibration(cfg)], model=copy.deepcopy(start), x=x, y=y)
+    trained, _, _ = _one_step([built(LogitCalibration, cfg)], model=copy.deepcopy(start), x=x, y=y)
     counts = torch.tensor([3, 0, 5])
     expected = _manual_step(start, lambda m: fedlc_loss(m(x), y, counts, 1.0))
     _same(trained, expected)
@@ -244,10 +249,12 @@ def test_fedntd_at_phi_kl_is_zero_with_zero_gradient_first_step_is_scaled_ce():
     grads = torch.autograd.grad(kl, list(start.parameters()))
     assert abs(kl.item()) < 1e-7 and all(g.abs().max() < 1e-7 for g in grads)
     cfg = resolve({"method": "fedntd"})  # fedacg form, beta 0.3
-    trained, _, _ = _one_step([NotTrueDistillation(cfg)], model=copy.deepcopy(start), x=x, y=y)
+    trained, _, _ = _one_step([built(NotTrueDistillation, cfg)], model=copy.deepcopy(start), x=x,
+                              y=y)
     _same(trained, _manual_step(start, lambda m: 0.7 * F.cross_entropy(m(x), y)))
     cfg = resolve({"method": "fedntd-gcfed"})  # CE + beta tau^2 KL: a plain CE step
-    trained, _, _ = _one_step([NotTrueDistillation(cfg)], model=copy.deepcopy(start), x=x, y=y)
+    trained, _, _ = _one_step([built(NotTrueDistillation, cfg)], model=copy.deepcopy(start), x=x,
+                              y=y)
     _same(trained, _manual_step(start, lambda m: F.cross_entropy(m(x), y)))
 
 
@@ -258,7 +265,7 @@ def test_fedntd_later_steps_distil_from_phi():
     for method, ce_w, kl_w in (("fedntd", 0.7, 0.3), ("fedntd-gcfed", 1.0, 4.0)):
         cfg = resolve({"method": method, "ntd-tau": 2.0} if "gcfed" in method
                       else {"method": method, "ntd-tau": 2.0})
-        trained, _, _ = _one_step([NotTrueDistillation(cfg)], cfg=cfg2,
+        trained, _, _ = _one_step([built(NotTrueDistillation, cfg)], cfg=cfg2,
                                   model=copy.deepcopy(start), x=x, y=y)
         teacher = copy.deepcopy(start)
 
@@ -276,7 +283,7 @@ def test_fedntd_beta_zero_is_fedavg():
     cfg2 = LocalConfig(lr=0.5, local_iterations=3, batch_size=4)
     plain, _, _ = _one_step([], cfg=cfg2, model=copy.deepcopy(start), x=x, y=y)
     for method in ("fedntd", "fedntd-gcfed"):
-        part = NotTrueDistillation(resolve({"method": method, "ntd-beta": 0.0}))
+        part = built(NotTrueDistillation, resolve({"method": method, "ntd-beta": 0.0}))
         ntd, _, _ = _one_step([part], cfg=cfg2, model=copy.deepcopy(start), x=x, y=y)
         _same(ntd, plain, exact=True)
 
@@ -311,7 +318,7 @@ def test_feddecorr_part_step_on_the_cnn_features(method, where):
     start = build_model("cnn", (1, 8, 8), 3, seed=0)
     x, y = torch.randn(8, 1, 8, 8), torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])
     cfg = resolve({"method": method, "decorr-beta": 0.5})
-    part = FeatureDecorrelation(cfg)
+    part = built(FeatureDecorrelation, cfg)
     trained, _, _ = _one_step([part], model=copy.deepcopy(start), x=x, y=y)
 
     def loss(m):
@@ -357,7 +364,7 @@ def test_moon_keeps_prev_per_client_and_uses_it():
     state = RecordDict()
     # round 1 of client 0: no previous model, no term (MOON's code): a CE step
     w1 = copy.deepcopy(start)
-    _one_step([ModelContrastive(cfg)], model=w1, x=x, y=y,
+    _one_step([built(ModelContrastive, cfg)], model=w1, x=x, y=y,
               ctx=LocalContext(state=state, partition_id=0))
     _same(w1, _manual_step(start, lambda m: F.cross_entropy(m(x), y)))
     assert set(state.array_records) == {"moon-prev.p0"}
@@ -366,7 +373,7 @@ def test_moon_keeps_prev_per_client_and_uses_it():
     # round 2 of client 0 from a new phi: prev = its w_K of round 1
     phi = _manual_step(start, lambda m: F.cross_entropy(m(x), 1 - y.clamp(max=1)))
     w2 = copy.deepcopy(phi)
-    _one_step([ModelContrastive(cfg)], model=w2, x=x, y=y,
+    _one_step([built(ModelContrastive, cfg)], model=w2, x=x, y=y,
               ctx=LocalContext(state=state, partition_id=0))
 
     def loss(m):
@@ -377,7 +384,7 @@ def test_moon_keeps_prev_per_client_and_uses_it():
     _same(w2, _manual_step(phi, loss))
     # client 1's first round: again no previous model, a CE step
     w3 = copy.deepcopy(phi)
-    _one_step([ModelContrastive(cfg)], model=w3, x=x, y=y,
+    _one_step([built(ModelContrastive, cfg)], model=w3, x=x, y=y,
               ctx=LocalContext(state=state, partition_id=1))
     _same(w3, _manual_step(phi, lambda m: F.cross_entropy(m(x), y)))
     assert set(state.array_records) == {"moon-prev.p0", "moon-prev.p1"}
@@ -407,7 +414,8 @@ def test_moon_first_round_loss_is_the_authors_ce_alone():
     model, x = build_model("mlp", (1, 4, 4), 3, seed=0), torch.randn(8, 1, 4, 4)
     state = RecordDict()
     for _ in range(2):  # the client's first round, then its second
-        _one_step([Spy(cfg)], model=model, x=x, ctx=LocalContext(state=state, partition_id=0))
+        _one_step([built(Spy, cfg)], model=model, x=x,
+                  ctx=LocalContext(state=state, partition_id=0))
     assert seen[0] is None
     assert seen[1] is not None and seen[1].item() > 0
 
@@ -419,7 +427,7 @@ def test_moon_mu_zero_is_fedavg():
     state = RecordDict()
     state["moon-prev.p0"] = __import__("flwr.app", fromlist=["ArrayRecord"]).ArrayRecord(
         {k: v + 1 for k, v in start.state_dict().items()})
-    part = ModelContrastive(resolve({"method": "moon", "moon-mu": 0.0}))
+    part = built(ModelContrastive, resolve({"method": "moon", "moon-mu": 0.0}))
     moon, _, _ = _one_step([part], cfg=cfg2, model=copy.deepcopy(start), x=x, y=y,
                            ctx=LocalContext(state=state))
     _same(moon, plain, exact=True)

@@ -30,9 +30,9 @@ class KickedMomentum(MomentumRule):
                     "kick * d.", "server", low=0.0, high=1.0, strategy=True),)
     summary = "server momentum, then an extra step kick * d"
 
-    def __init__(self, cfg, model):
-        super().__init__(cfg, model)
-        self.kick = cfg["kick"]
+    def __init__(self, settings, model):  # KickedMomentum.Settings: the momentum rule's + kick
+        super().__init__(settings, model)
+        self.kick = settings.kick
 
     def step_(self, d):
         super().step_(d)
@@ -95,6 +95,15 @@ def test_a_method_from_a_file_elsewhere_runs_with_its_knob(kicked):
     # with kick = 0 the same rounds are FedAvgM's: the knob is what moved theta
     plain = float64_rounds(theta0, rounds, lam=0.5, eta=0.8, kick=0.0)[-1]
     assert not torch.allclose(plain["weight"], expected[-1]["weight"], atol=1e-3)
+
+
+def test_the_docs_show_this_file():
+    """docs/extending.md#a-methods-knobs shows the worked example as this test runs it."""
+    from pathlib import Path
+
+    docs = (Path(__file__).parents[1] / "docs" / "extending.md").read_text()
+    body = KICKED_MOMENTUM.split('"""', 2)[2].strip()  # (the docs show it without the docstring)
+    assert body in docs
 
 
 def test_its_knob_is_a_run_config_key_like_the_apps(kicked):

@@ -47,7 +47,7 @@ def test_teacher_is_phi_frozen_and_made_once(probe):
     torch.manual_seed(0)
     model = nn.Linear(3, 2)
     phi = {k: v.clone() for k, v in model.state_dict().items()}
-    part = probe({})
+    part = probe(probe.Settings())
     ctx = LocalContext()
     local_update(model, torch.randn(8, 3), torch.randint(0, 2, (8,)), LocalConfig(lr=0.5),
                  parts=[part], ctx=ctx)
@@ -82,15 +82,18 @@ def test_the_apps_find_the_uplink_codec_the_config_switches_on():
     assert methods.UPLINK_CODECS["fedpaq"] is UplinkQuantizer
     cfg = resolve({"method": "fedpaq"})
     assert methods.uplink_codec(cfg) is UplinkQuantizer
-    assert isinstance(UplinkQuantizer.decoder(cfg), UplinkDecoder)
+    assert isinstance(UplinkQuantizer.decoder(UplinkQuantizer.Settings.from_config(cfg)),
+                      UplinkDecoder)
     assert methods.uplink_codec(resolve({"method": "fedavg"})) is None
 
     class Other(methods.UplinkCodec):
         name = "other-codec"
 
+        uses = UplinkQuantizer.settings[:1]  # uplink-bits
+
         @classmethod
-        def on(cls, cfg):
-            return cfg["uplink-bits"] > 4
+        def on(cls, settings):
+            return settings.uplink_bits > 4
 
     methods.register(Other)
     try:

@@ -200,7 +200,7 @@ def test_the_proximal_part_at_small_beta_and_at_zero(beta):
         grads = torch.autograd.grad(ce, leaves)
         w = [wi - LR * (gi + beta * (wi - p)) for wi, gi, p in zip(w, grads, phi)]
     local_update(net, x, y, LocalConfig(lr=LR, local_iterations=2, batch_size=len(y)),
-                 parts=[ProximalTerm({"beta": beta})])
+                 parts=[ProximalTerm(ProximalTerm.Settings(beta=beta))])
     assert all(torch.allclose(p.detach(), e, atol=1e-6) for p, e in zip(net.parameters(), w))
 
 

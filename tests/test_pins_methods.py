@@ -107,14 +107,16 @@ def test_the_log_describes_each_server_rule_with_its_settings():
     """The strategy's start-up log names the server rule (`describe`, logged by `summary`)."""
     from methods import SERVER_RULES, ServerRule
 
-    fedadam = SERVER_RULES["fedadam"](resolve({"method": "fedadam"}), None)
+    fedadam = SERVER_RULES["fedadam"].Settings.from_config(resolve({"method": "fedadam"}))
+    fedadam = SERVER_RULES["fedadam"](fedadam, None)
     assert fedadam.describe() == "fedadam: Flower's FedAdam (eta=0.01, tau=0.001)"
 
     class PlainRule(ServerRule):  # a rule without its own describe: its name
         name = "plain-rule"
 
-    assert PlainRule({}, None).describe() == "plain-rule"
-    assert PlainRule({}, None).state_dict() == {}  # a rule without state: nothing to save
+    assert PlainRule(PlainRule.Settings(), None).describe() == "plain-rule"
+    # a rule without state: nothing to save
+    assert PlainRule(PlainRule.Settings(), None).state_dict() == {}
 
 
 @pytest.fixture
@@ -147,11 +149,11 @@ def test_parts_that_miss_each_others_records_are_refused(median_method):
 def test_server_momentum_lam_is_below_one():
     from methods.momentum import MomentumRule
 
-    MomentumRule.with_values(lam=0.0)
-    MomentumRule.with_values(lam=0.999)
+    MomentumRule(MomentumRule.Settings(lam=0.0))
+    MomentumRule(MomentumRule.Settings(lam=0.999))
     for lam in (1.0, -0.1):
         with pytest.raises(ValueError, match=r"lam must be in \[0, 1\)"):
-            MomentumRule.with_values(lam=lam)
+            MomentumRule(MomentumRule.Settings(lam=lam))
 
 
 def test_a_part_says_which_hooks_it_overrides():
@@ -208,7 +210,8 @@ def _adam_rule(overrides=None):
     from methods import SERVER_RULES
 
     cfg = resolve({"method": "fedadam-fedacg", **(overrides or {})})
-    return SERVER_RULES["fedadam-fedacg"](cfg, torch.nn.Linear(3, 2))
+    rule = SERVER_RULES["fedadam-fedacg"]
+    return rule(rule.Settings.from_config(cfg), torch.nn.Linear(3, 2))
 
 
 def _adam_rounds(rule, rounds, seed=0):

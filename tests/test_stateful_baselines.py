@@ -94,7 +94,7 @@ def test_k_eff():
 
 
 def scaffold_part():
-    return ScaffoldCorrection({"lr": LR, "local-momentum": 0.0})
+    return ScaffoldCorrection(ScaffoldCorrection.Settings(lr=LR, local_momentum=0.0))
 
 
 def test_scaffold_zero_control_variates_is_a_plain_local_update():
@@ -111,7 +111,7 @@ def test_scaffold_client_against_a_second_implementation(momentum):
     c, c_i = named(model, seed=5), named(model, seed=6)
     state = RecordDict()
     LocalContext(state=state).save_state("scaffold-c-i", c_i)  # an earlier round's c_i
-    part = ScaffoldCorrection({"lr": LR, "local-momentum": momentum})
+    part = ScaffoldCorrection(ScaffoldCorrection.Settings(lr=LR, local_momentum=momentum))
     phi = weights(model)
     ctx = train(model, [part], momentum=momentum, down={C_RECORD: ArrayRecord(c)}, state=state)
     names = [n for n, _ in model.named_parameters()]
@@ -151,7 +151,7 @@ def mlp():
 
 def test_scaffold_server_two_rounds_by_hand():
     model = mlp()
-    rule = ScaffoldRule(rule_cfg(method="scaffold"), model)
+    rule = ScaffoldRule(ScaffoldRule.Settings.from_config(rule_cfg(method="scaffold")), model)
     rule.num_clients = 5
     theta0 = {k: v.clone() for k, v in model.state_dict().items()}
     rule.start(ArrayRecord(model.state_dict()))
@@ -176,7 +176,7 @@ def test_scaffold_server_two_rounds_by_hand():
     assert all(torch.allclose(rule.theta[k], theta[k], atol=1e-6) for k in theta)
     assert all(torch.allclose(rule.c[k], c[k], atol=1e-6) for k in c)
     state = rule.state_dict()
-    again = ScaffoldRule(rule_cfg(method="scaffold"), model)
+    again = ScaffoldRule(ScaffoldRule.Settings.from_config(rule_cfg(method="scaffold")), model)
     again.load_state_dict(state)
     assert all(torch.equal(again.c[k], rule.c[k]) for k in c)
 
@@ -185,10 +185,10 @@ def test_scaffold_server_two_rounds_by_hand():
 
 def test_feddyn_round_one_client_is_fedprox_with_mu_alpha():
     prox, dyn = tiny_model(), tiny_model()
-    train(prox, [ProximalTerm({"beta": 0.3})])
+    train(prox, [ProximalTerm(ProximalTerm.Settings(beta=0.3))])
     phi = weights(dyn)
     state = RecordDict()
-    train(dyn, [FedDynTerm({"feddyn-alpha": 0.3})], state=state)
+    train(dyn, [FedDynTerm(FedDynTerm.Settings(feddyn_alpha=0.3))], state=state)
     assert all(torch.equal(a, b) for a, b in zip(weights(prox), weights(dyn)))
     g_i = LocalContext(state=state).load_state("feddyn-g-i", like=dict(dyn.named_parameters()))
     names = [n for n, _ in dyn.named_parameters()]
@@ -201,7 +201,7 @@ def test_feddyn_client_with_state_against_a_second_implementation():
     g_i = named(model, seed=7)
     state = RecordDict()
     LocalContext(state=state).save_state("feddyn-g-i", g_i)
-    train(model, [FedDynTerm({"feddyn-alpha": alpha})], state=state)
+    train(model, [FedDynTerm(FedDynTerm.Settings(feddyn_alpha=alpha))], state=state)
     names = [n for n, _ in model.named_parameters()]
     second = tiny_model()
     # grad of CE - <g_i, w> + alpha/2 ||w - phi||^2
@@ -214,7 +214,7 @@ def test_feddyn_client_with_state_against_a_second_implementation():
 def test_feddyn_round_one_full_participation(rule_class, factor):
     model = mlp()
     cfg = rule_cfg(method="feddyn" if rule_class is FedDynRule else "feddyn-gcfed")
-    rule = rule_class(cfg, model)
+    rule = rule_class(rule_class.Settings.from_config(cfg), model)
     rule.num_clients = 4
     theta0 = {k: v.clone() for k, v in model.state_dict().items()}
     rule.start(ArrayRecord(model.state_dict()))
@@ -230,7 +230,8 @@ def test_feddyn_round_one_full_participation(rule_class, factor):
 def test_feddyn_server_two_rounds_by_hand(variant):
     model, alpha, big_n = mlp(), 0.1, 6
     rule_class = FedDynRule if variant == "paper" else FedDynGcfedRule
-    rule = rule_class(rule_cfg(method="feddyn" if variant == "paper" else "feddyn-gcfed"), model)
+    cfg = rule_cfg(method="feddyn" if variant == "paper" else "feddyn-gcfed")
+    rule = rule_class(rule_class.Settings.from_config(cfg), model)
     rule.num_clients = big_n
     theta = {k: v.clone() for k, v in model.state_dict().items()}
     h = {k: torch.zeros_like(v) for k, v in theta.items()}
@@ -253,12 +254,12 @@ def test_feddyn_server_two_rounds_by_hand(variant):
 # --- FedDC ------------------------------------------------------------------------------------
 
 def feddc_part(alpha=0.2):
-    return DriftCorrection({"feddc-alpha": alpha, "lr": LR})
+    return DriftCorrection(DriftCorrection.Settings(feddc_alpha=alpha, lr=LR))
 
 
 def test_feddc_round_one_client_is_fedprox_and_delta_g():
     prox, dc = tiny_model(), tiny_model()
-    train(prox, [ProximalTerm({"beta": 0.2})])
+    train(prox, [ProximalTerm(ProximalTerm.Settings(beta=0.2))])
     phi = weights(dc)
     g = named(dc, 0.0)
     ctx = train(dc, [feddc_part()], down={G_RECORD: ArrayRecord(g)})
@@ -334,6 +335,9 @@ def test_feddc_correction_steps_with_unequal_clients_by_hand(steps):
     from feddata.loading import DataSettings, load_client_data
     from methods.feddc import correction_steps
 
+    def settings(cfg):
+        return DriftCorrection.Settings.from_config(cfg)
+
     cfg, big_n = unequal_feddc_cfg(**{"feddc-steps": steps}), 6
     n = [len(load_client_data(DataSettings.from_config(cfg), i, big_n).train_y)
          for i in range(big_n)]
@@ -341,10 +345,11 @@ def test_feddc_correction_steps_with_unequal_clients_by_hand(steps):
     k_mean = 2 * math.ceil(sum(n) / big_n / 16)
     for i in range(big_n):
         own = 2 * math.ceil(n[i] / 16)  # the steps client i takes in epoch mode
-        assert correction_steps(cfg, own, n) == (k_mean if steps == "mean" else own)
-    assert correction_steps({**cfg, "local-iterations": 7}, 3, n) == (
+        assert correction_steps(settings(cfg), own, n) == (k_mean if steps == "mean" else own)
+    assert correction_steps(settings({**cfg, "local-iterations": 7}), 3, n) == (
         7 if steps == "mean" else 3)
-    assert correction_steps(cfg, 3, ()) == 3  # outside a federation (no sizes): its own
+    # outside a federation (no sizes): its own
+    assert correction_steps(settings(cfg), 3, ()) == 3
 
 
 def test_feddc_in_a_federation_without_the_clients_sizes_is_refused_naming_them():
@@ -357,7 +362,8 @@ def test_feddc_in_a_federation_without_the_clients_sizes_is_refused_naming_them(
                            partition_id=1, num_partitions=3, partition_sizes=sizes)
         with pytest.raises(ValueError, match=r"partition_sizes=\[n_0, \.\.\., n_N-1\]"):
             local_update(model, x, y, LocalConfig(lr=LR, local_iterations=1, batch_size=BATCH),
-                         None, parts=[DriftCorrection(unequal_feddc_cfg())], ctx=ctx)
+                         None, parts=[DriftCorrection(DriftCorrection.Settings.from_config(
+                             unequal_feddc_cfg()))], ctx=ctx)
 
 
 def test_feddc_client_sends_the_correction_of_the_authors_k():
@@ -380,7 +386,8 @@ def test_feddc_client_sends_the_correction_of_the_authors_k():
     ctx = LocalContext(down={G_RECORD: ArrayRecord(g)}, state=RecordDict(), server_round=1,
                        partition_id=pid, num_partitions=big_n, partition_sizes=tuple(n))
     local_update(model, x, y, LocalConfig(lr=LR, local_iterations=STEPS, batch_size=BATCH),
-                 None, parts=[DriftCorrection(cfg)], ctx=ctx)
+                 None, parts=[DriftCorrection(DriftCorrection.Settings.from_config(cfg))],
+                 ctx=ctx)
     om = client_weight(pid, n)
     assert om == pytest.approx(n[pid] * big_n / sum(n))
     sent = ctx.up[DELTA_G_RECORD].to_torch_state_dict()
@@ -391,7 +398,7 @@ def test_feddc_client_sends_the_correction_of_the_authors_k():
 
 def test_feddc_server_two_rounds_by_hand():
     model, big_n = mlp(), 5
-    rule = FedDCRule(rule_cfg(method="feddc"), model)
+    rule = FedDCRule(FedDCRule.Settings.from_config(rule_cfg(method="feddc")), model)
     rule.num_clients = big_n
     theta0 = {k: v.clone() for k, v in model.state_dict().items()}
     theta = dict(theta0)
@@ -592,7 +599,7 @@ def test_feddyn_look_ahead_point_follows_the_last_step():
     model = mlp()
     cfg = rule_cfg(method="feddyn", lookahead=True, lam=0.5, **{"allow-untested-combinations":
                                                                  True})
-    rule = FedDynRule(cfg, model)
+    rule = FedDynRule(FedDynRule.Settings.from_config(cfg), model)
     rule.num_clients = 2
     rule.start(ArrayRecord(model.state_dict()))
     theta0 = {k: v.clone() for k, v in rule.theta.items()}

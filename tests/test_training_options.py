@@ -84,7 +84,7 @@ def test_lr_decays_per_local_epoch(iterations, expected):
     x, y = torch.randn(4, 3), torch.tensor([0, 1, 0, 1])
     cfg = LocalConfig(lr=0.5, local_epochs=3, local_iterations=iterations, batch_size=2,
                       alpha=1e-30, lr_epoch_decay=0.9)  # alpha ~ 0: the part's loss alone
-    local_update(model, x, y, cfg, parts=[SumOfWeights({})])
+    local_update(model, x, y, cfg, parts=[SumOfWeights(SumOfWeights.Settings())])
     moved = 0.5 * sum(expected)  # by hand: the sum of the steps' learning rates
     for b, p in zip(before, model.parameters()):
         torch.testing.assert_close(b - p.detach(), torch.full_like(b, moved))
@@ -174,16 +174,16 @@ def test_amp_skips_a_step_whose_gradients_overflow():
     start = tiny()
     skipped = tiny()
     local_update(skipped, x, y, LocalConfig(lr=0.2, local_iterations=1, batch_size=6, amp=True),
-                 parts=[OverflowOnce({})])
+                 parts=[OverflowOnce(OverflowOnce.Settings())])
     assert all(torch.equal(a, b) for a, b in zip(skipped.parameters(), start.parameters()))
     plain = tiny()
     local_update(plain, x, y, LocalConfig(lr=0.2, local_iterations=1, batch_size=6),
-                 parts=[OverflowOnce({})])
+                 parts=[OverflowOnce(OverflowOnce.Settings())])
     assert not all(torch.isfinite(p).all() for p in plain.parameters())
     # skipped, then one good step (at scale 2^15: the same gradient) = one good step
     two = tiny()
     local_update(two, x, y, LocalConfig(lr=0.2, local_iterations=2, batch_size=6, amp=True),
-                 parts=[OverflowOnce({})])
+                 parts=[OverflowOnce(OverflowOnce.Settings())])
     one = tiny()
     local_update(one, x, y, LocalConfig(lr=0.2, local_iterations=1, batch_size=6, amp=True))
     for a, b in zip(two.parameters(), one.parameters()):
