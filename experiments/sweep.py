@@ -35,7 +35,7 @@ import sys
 from fnmatch import fnmatchcase
 from pathlib import Path
 
-from reporting.cells import CellsError, read_cells_csv
+from reporting.cells import CellsError, cell_names_csv
 from reporting.code_version import APP_ROOT, code_version, short_label, version_label
 
 from .sweep_cells import (cell_name, cell_version, cells_to_run, command, is_done, is_result,
@@ -125,7 +125,7 @@ def _skip_done(sweep, path: Path, mixed_versions: bool) -> str | None:
     """Drop from `sweep.cells` the cells the cells CSV at `path` holds (reporting.cells), after
     checking that they ran on the code this sweep runs on; the problem, or None."""
     try:
-        rows, _, _ = read_cells_csv(path)
+        rows = cell_names_csv(path)
     except FileNotFoundError:
         return (f"--done-in {path} does not exist: give a page's cells CSV (e.g. "
                 "docs/fedacg-fmnist-cells.csv)")

@@ -143,6 +143,39 @@ def read_cells_csv(path: Path) -> tuple[list[dict[str, Any]], list[int], list[fl
     return cells, rounds, targets
 
 
+def cell_names_csv(path: Path) -> list[dict[str, Any]]:
+    """The cells of a cells CSV by name and code version alone ({'setting', 'method', 'seed',
+    'code-version'}): what a sweep run in parts needs from the committed CSV
+    (experiments.sweep --done-in), read from any version of the file's columns, so that the
+    commit a table's first cells ran on reads the CSV a later page wrote. Bounded, no link
+    followed; CellsError naming the line and the fix."""
+    path = Path(path)
+    text = read_text_bounded(path, CELLS_LIMIT)
+    fix = "give the cells CSV a results page wrote (e.g. docs/fedacg-fmnist-cells.csv)"
+    reader = csv.DictReader(io.StringIO(text, newline=""), strict=True)
+    names = ("setting", "method", "seed", "code-version")
+    try:
+        if not reader.fieldnames or any(n not in reader.fieldnames for n in names):
+            raise CellsError(f"{path} line 1 names no {', '.join(names)} columns: {fix}")
+        cells = []
+        for line, row in enumerate(reader, 2):
+            if len(cells) >= MAX_ROWS:
+                raise CellsError(f"{path} has more than {MAX_ROWS} cells: {fix}")
+            if None in row or any(row[n] is None for n in names):
+                raise CellsError(f"{path} line {line} does not have one field per column: {fix}")
+            if not re.fullmatch(r"-?\d+", row["seed"]):
+                raise CellsError(f"{path} line {line}: seed {row['seed']!r} is not a whole "
+                                 f"number: {fix}")
+            if not LABEL.fullmatch(row["code-version"]):
+                raise CellsError(f"{path} line {line}: code-version {row['code-version']!r} is "
+                                 f"no version label: {fix}")
+            cells.append({"setting": row["setting"], "method": row["method"],
+                          "seed": int(row["seed"]), "code-version": row["code-version"]})
+    except csv.Error as err:
+        raise CellsError(f"{path} line {reader.line_num} is no CSV ({err}): {fix}") from None
+    return cells
+
+
 def _cell(path: Path, line: int, row: dict[str, str], whole: bool, fix: str) -> dict[str, Any]:
     """One CSV row as a cell ({'setting', 'method', 'seed', 'summary', 'code-version'})."""
     where = f"{path} line {line}"

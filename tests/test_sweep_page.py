@@ -397,3 +397,24 @@ def test_the_papers_orderings_are_checked_seed_by_seed_against_a_hand_count():
                                 "summary": {"final-ema-acc": 0.5, "diverged": False}}],
                       "s", "FedACG", {"FedACG": 85.13, "FedDC": 86.52}, [0])
     assert dc.paper_gap < 0 and dc.holds(0) is False
+
+
+def test_done_in_reads_the_names_from_any_version_of_the_csvs_columns(tmp_path):
+    """The commit a table's first cells ran on reads the CSV a later page wrote: only the
+    names and the code version are read; a file without them, or with a bad one, is refused."""
+    from reporting.cells import CellsError, cell_names_csv
+
+    path = tmp_path / "c.csv"
+    path.write_text(f"setting,method,seed,a-later-column,code-version\n"
+                    f"a,FedAvg,2,1.5,{COMMIT}\n-,M,0,,unknown\n")
+    assert cell_names_csv(path) == [
+        {"setting": "a", "method": "FedAvg", "seed": 2, "code-version": COMMIT},
+        {"setting": "-", "method": "M", "seed": 0, "code-version": "unknown"}]
+    for text, says in (("setting,method,seed\na,M,0\n", "names no"),
+                       (f"setting,method,seed,code-version\na,M,x,{COMMIT}\n", "seed 'x'"),
+                       ("setting,method,seed,code-version\na,M,0,$(reboot)\n", "no version"),
+                       (f"setting,method,seed,code-version\na,M,0,{COMMIT},9\n", "one field"),
+                       ("setting,method,seed,code-version\na,M,0\n", "one field")):
+        path.write_text(text)
+        with pytest.raises(CellsError, match=says):
+            cell_names_csv(path)
