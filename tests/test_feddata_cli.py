@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from entry_points import run_main
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -29,31 +31,13 @@ def run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
                           text=True, timeout=300, env=env)
 
 
-@pytest.fixture
-def run_here(capsys, monkeypatch):
-    """`run`'s twin in this process: the entry point's `main(argv)` in `cwd`, its exit status
-    as `python -m` makes it (a SystemExit's code; its text printed to stderr with status 1), its
-    printed lines captured. An exception main lets out fails the test (a traceback)."""
+def run_here(module: str, *argv: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    """`run`'s twin in this process (tests/entry_points.py): the entry point's `main(argv)`."""
     from feddata.__main__ import main as feddata_main
     from feddata.save import main as save_main
 
-    mains = {"feddata": feddata_main, "feddata.save": save_main}
-
-    def call(module: str, *argv: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-        monkeypatch.chdir(cwd)
-        capsys.readouterr()
-        try:
-            code = mains[module](list(argv))
-        except SystemExit as end:
-            code = end.code
-            if isinstance(code, str):
-                print(code, file=sys.stderr)
-                code = 1
-        captured = capsys.readouterr()
-        return subprocess.CompletedProcess([module, *argv], code or 0, captured.out,
-                                           captured.err)
-
-    return call
+    return run_main({"feddata": feddata_main, "feddata.save": save_main}[module], *argv,
+                    cwd=cwd)
 
 
 def idx_pair(folder: Path, prefix: str, n: int, dims=(28, 28)) -> None:
@@ -186,7 +170,7 @@ def case_args(tmp_path: Path, case: str) -> tuple:
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_a_bad_input_ends_with_one_message_and_no_traceback(tmp_path, run_here, case):
+def test_a_bad_input_ends_with_one_message_and_no_traceback(tmp_path, case):
     _, _, code, words = CASES[case]
     assert_one_message(run_here(*case_args(tmp_path, case), cwd=tmp_path), code, *words)
 
@@ -203,7 +187,7 @@ def test_a_bad_input_ends_with_one_message_and_no_traceback_as_python_m(tmp_path
 
 
 @pytest.mark.parametrize("how", ["here", pytest.param("python-m", marks=pytest.mark.long)])
-def test_a_demo_written_into_a_file_names_it(tmp_path, run_here, how):
+def test_a_demo_written_into_a_file_names_it(tmp_path, how):
     """demo-folders' out given as a file: the message names it."""
     out = make(tmp_path, "a-file")
     call = run_here if how == "here" else run
@@ -212,7 +196,7 @@ def test_a_demo_written_into_a_file_names_it(tmp_path, run_here, how):
 
 
 @pytest.mark.parametrize("how", ["here", pytest.param("python-m", marks=pytest.mark.long)])
-def test_save_into_a_file_is_one_message(tmp_path, run_here, how):
+def test_save_into_a_file_is_one_message(tmp_path, how):
     source = make(tmp_path, "both-pairs")
     out = make(tmp_path, "a-file")
     call = run_here if how == "here" else run
@@ -221,7 +205,7 @@ def test_save_into_a_file_is_one_message(tmp_path, run_here, how):
 
 
 @pytest.mark.parametrize("how", ["here", pytest.param("python-m", marks=pytest.mark.long)])
-def test_the_run_and_the_check_agree_on_a_train_only_folder(tmp_path, run_here, how):
+def test_the_run_and_the_check_agree_on_a_train_only_folder(tmp_path, how):
     """A folder of the training pair only: a node may train on it (its one split), the check
     says so and that a run's dataset-path needs the t10k pair; with --dataset-path it is
     refused as the run refuses it; with both pairs both splits are counted."""
