@@ -13,31 +13,13 @@ import os
 import re
 import struct
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from entry_points import run_main
+from entry_points import HOW, python_m, run_module
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    """`python -m <args>` in a Python of its own."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_DATASETS_OFFLINE": "1",
-           "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-m", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=300, env=env)
-
-
-def run_here(module: str, *argv: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    """`run`'s twin in this process (tests/entry_points.py): the entry point's `main(argv)`."""
-    from feddata.__main__ import main as feddata_main
-    from feddata.save import main as save_main
-
-    return run_main({"feddata": feddata_main, "feddata.save": save_main}[module], *argv,
-                    cwd=cwd)
 
 
 def idx_pair(folder: Path, prefix: str, n: int, dims=(28, 28)) -> None:
@@ -172,7 +154,8 @@ def case_args(tmp_path: Path, case: str) -> tuple:
 @pytest.mark.parametrize("case", list(CASES))
 def test_a_bad_input_ends_with_one_message_and_no_traceback(tmp_path, case):
     _, _, code, words = CASES[case]
-    assert_one_message(run_here(*case_args(tmp_path, case), cwd=tmp_path), code, *words)
+    assert_one_message(run_module("here", *case_args(tmp_path, case), cwd=tmp_path), code,
+                       *words)
 
 
 # as `python -m`: one case per entry point in the default run, all of them in the long set
@@ -183,43 +166,41 @@ BY_PYTHON_M = ("check-null-image", "demo-no-nodes", "save-no-args")
                                   for c in CASES])
 def test_a_bad_input_ends_with_one_message_and_no_traceback_as_python_m(tmp_path, case):
     _, _, code, words = CASES[case]
-    assert_one_message(run(*case_args(tmp_path, case), cwd=tmp_path), code, *words)
+    assert_one_message(python_m(*case_args(tmp_path, case), cwd=tmp_path), code, *words)
 
 
-@pytest.mark.parametrize("how", ["here", pytest.param("python-m", marks=pytest.mark.long)])
+@pytest.mark.parametrize("how", HOW)
 def test_a_demo_written_into_a_file_names_it(tmp_path, how):
     """demo-folders' out given as a file: the message names it."""
     out = make(tmp_path, "a-file")
-    call = run_here if how == "here" else run
-    assert_one_message(call("feddata", "demo-folders", str(out), "--nodes", "1", cwd=tmp_path),
-                       1, str(out), "cannot write")
+    ran = run_module(how, "feddata", "demo-folders", str(out), "--nodes", "1", cwd=tmp_path)
+    assert_one_message(ran, 1, str(out), "cannot write")
 
 
-@pytest.mark.parametrize("how", ["here", pytest.param("python-m", marks=pytest.mark.long)])
+@pytest.mark.parametrize("how", HOW)
 def test_save_into_a_file_is_one_message(tmp_path, how):
     source = make(tmp_path, "both-pairs")
     out = make(tmp_path, "a-file")
-    call = run_here if how == "here" else run
-    assert_one_message(call("feddata.save", "fashion-mnist", str(out), "--from-idx", str(source),
-                            cwd=tmp_path), 1, "cannot write")
+    ran = run_module(how, "feddata.save", "fashion-mnist", str(out), "--from-idx", str(source),
+                     cwd=tmp_path)
+    assert_one_message(ran, 1, "cannot write")
 
 
-@pytest.mark.parametrize("how", ["here", pytest.param("python-m", marks=pytest.mark.long)])
+@pytest.mark.parametrize("how", HOW)
 def test_the_run_and_the_check_agree_on_a_train_only_folder(tmp_path, how):
     """A folder of the training pair only: a node may train on it (its one split), the check
     says so and that a run's dataset-path needs the t10k pair; with --dataset-path it is
     refused as the run refuses it; with both pairs both splits are counted."""
-    call = run_here if how == "here" else run
     folder = make(tmp_path, "train-only")
-    node = call(*CHECK, str(folder), *FM, cwd=tmp_path)
+    node = run_module(how, *CHECK, str(folder), *FM, cwd=tmp_path)
     assert node.returncode == 0 and "30 examples (IDX files)" in node.stdout
     assert "--dataset-path" in node.stdout and "Traceback" not in node.stderr
     both = make(tmp_path, "both-pairs")
-    ok = call(*CHECK, str(both), *FM, "--dataset-path", cwd=tmp_path)
+    ok = run_module(how, *CHECK, str(both), *FM, "--dataset-path", cwd=tmp_path)
     assert ok.returncode == 0, ok.stderr
     assert ("train 30 examples (10 of 10 labels), test 10 examples (10 of 10 labels), the "
             "server's test set: OK") in ok.stdout
-    node = call(*CHECK, str(both), *FM, cwd=tmp_path)
+    node = run_module(how, *CHECK, str(both), *FM, cwd=tmp_path)
     assert node.returncode == 0
     assert ("skipped 2 file(s) of the IDX test split, not read as data-path (it reads the train "
             "split); a run's dataset-path reads both splits") in node.stdout
