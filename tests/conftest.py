@@ -117,6 +117,27 @@ def fedacg_flwr_run(superlink):
     return out, home, home / "runs" / "fedacg", time.monotonic() - t
 
 
+@pytest.fixture(autouse=True, scope="module")
+def no_run_plots(request):
+    """In a module marked `no_run_plots` (`pytestmark = pytest.mark.no_run_plots`) the app's
+    in-process runs draw no run-folder plots (labels.png, accuracy*.png): matplotlib's 0.3-2.5 s
+    a run, in modules that assert nothing of them. Both are drawn in a try that logs a warning,
+    so a plot never changes a run's results (server_app/app.py plot_labels,
+    server_app/results.py RunRecorder.plot); the plots are checked where they are asserted
+    (test_reporting.py, test_runs.py, test_own_data.py, ...). Autouse: set up before the
+    module's own module-scoped runs."""
+    if request.node.get_closest_marker("no_run_plots") is None:
+        yield
+        return
+    import server_app.app as app
+    import server_app.results as results
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(app, "plot_labels", lambda *args, **kwargs: None)
+        patch.setattr(results, "plot_run", lambda *args, **kwargs: [])
+        yield
+
+
 OPT_IN = ("docker", "each_method", "long")  # markers that run only when `-m` names them
 
 
