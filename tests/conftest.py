@@ -98,23 +98,110 @@ def superlink(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def fedacg_flwr_run(superlink):
-    """One `flwr run` of the app (FedACG, the default method, 12 rounds on 10 simulated nodes)
-    on the session's SuperLink, read by the tests that only check its outcome: it learns
-    (test_simulation.py) and its console (test_runs_flwr.py). `(out, home, run_dir, wall)`."""
+def fedacg_flwr_run_started(superlink, tmp_path_factory):
+    """The `flwr run` of `fedacg_flwr_run`, started (a Popen writing into files; stopped at the
+    end if it has not ended by then). `(proc, logs, home, run_dir, t_start)`."""
     import subprocess
     import time
 
     from experiments.superlink import CONNECTION
 
     env, home = superlink
+    logs = tmp_path_factory.mktemp("fedacg-flwr-run")  # (files: a pipe nobody reads can fill)
     t = time.monotonic()
-    out = subprocess.run(
-        ["flwr", "run", ".", CONNECTION, "--stream", "--federation-config", "num-supernodes=10",
-         "--run-config", f"method='fedacg' num-server-rounds=12 out-dir='{home}/runs' "
-         "run-name='fedacg'"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    return out, home, home / "runs" / "fedacg", time.monotonic() - t
+    with open(logs / "stdout", "w") as out, open(logs / "stderr", "w") as err:
+        proc = subprocess.Popen(
+            ["flwr", "run", ".", CONNECTION, "--stream", "--federation-config",
+             "num-supernodes=10", "--run-config", f"method='fedacg' num-server-rounds=12 "
+             f"out-dir='{home}/runs' run-name='fedacg'"],
+            cwd=ROOT, env=env, stdout=out, stderr=err, text=True)
+    yield proc, logs, home, home / "runs" / "fedacg", t
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def shared_flower_runs_start_first(request, partition_cache_dir):
+    """The session's shared `flwr run` starts with the session when a collected test reads it:
+    it runs in Flower's processes beside the in-process tests (the test process uses one of the
+    box's cores) instead of holding up the test that first reads it. Its outcome does not
+    depend on when it runs (seeded; its own run folder; the partition cache's writes are
+    atomic, as for many nodes sharing it; `partition_cache_dir` is set before the SuperLink
+    copies the environment)."""
+    if any("fedacg_flwr_run" in getattr(item, "fixturenames", ())
+           for item in request.session.items):
+        request.getfixturevalue("fedacg_flwr_run_started")
+    yield
+
+
+@pytest.fixture(scope="session")
+def fedacg_flwr_run(fedacg_flwr_run_started):
+    """One `flwr run` of the app (FedACG, the default method, 12 rounds on 10 simulated nodes)
+    on the session's SuperLink, read by the tests that only check its outcome: it learns
+    (test_simulation.py) and its console (test_runs_flwr.py). Started with the session
+    (`shared_flower_runs_start_first`); this waits for its end (killed after 600 s: its
+    returncode then says so). `(out, home, run_dir, wall)`, `out` a CompletedProcess, `wall`
+    the seconds from its start until it was read."""
+    import subprocess
+    import time
+
+    proc, logs, home, run_dir, t = fedacg_flwr_run_started
+    try:  # (a hang guard: it runs beside other tests, so more than it needs alone)
+        proc.wait(timeout=max(1.0, 600 - (time.monotonic() - t)))
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    stdout, stderr = (logs / "stdout").read_text(), (logs / "stderr").read_text()
+    out = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+    return out, home, run_dir, time.monotonic() - t
+
+
+@pytest.fixture(autouse=True, scope="session")
+def background_scenarios(request, partition_cache_dir, tmp_path_factory):
+    """The scenarios of the collected tests marked `background` (tests/background.py), each
+    started in a thread of its own when the session starts; at the end each is waited for (they
+    stop their own processes)."""
+    from background import Scenario
+
+    started: dict = {}
+    for item in request.session.items:
+        marker = item.get_closest_marker("background")
+        if marker is not None and marker.kwargs["scenario"] not in started:
+            run = marker.kwargs["scenario"]
+            started[run] = Scenario(run, tmp_path_factory.mktemp(run.__name__)).start()
+    yield started
+    for scenario in started.values():
+        scenario.thread.join(900)
+
+
+@pytest.fixture
+def background_result(request, background_scenarios):
+    """The result of this test's background scenario (`@pytest.mark.background(scenario=...)`),
+    waited for; what it raised is raised here."""
+    run = request.node.get_closest_marker("background").kwargs["scenario"]
+    return background_scenarios[run].wait(timeout=900)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def no_run_plots(request):
+    """In a module marked `no_run_plots` (`pytestmark = pytest.mark.no_run_plots`) the app's
+    in-process runs draw no run-folder plots (labels.png, accuracy*.png): matplotlib's 0.3-2.5 s
+    a run, in modules that assert nothing of them. Both are drawn in a try that logs a warning,
+    so a plot never changes a run's results (server_app/app.py plot_labels,
+    server_app/results.py RunRecorder.plot); the plots are checked where they are asserted
+    (test_reporting.py, test_runs.py, test_own_data.py, ...). Autouse: set up before the
+    module's own module-scoped runs."""
+    if request.node.get_closest_marker("no_run_plots") is None:
+        yield
+        return
+    import server_app.app as app
+    import server_app.results as results
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(app, "plot_labels", lambda *args, **kwargs: None)
+        patch.setattr(results, "plot_run", lambda *args, **kwargs: [])
+        yield
 
 
 OPT_IN = ("docker", "each_method", "long")  # markers that run only when `-m` names them
@@ -123,7 +210,8 @@ OPT_IN = ("docker", "each_method", "long")  # markers that run only when `-m` na
 def pytest_collection_modifyitems(config, items):
     """The docker compose demo, the one-flwr-run-per-method tests and the long runs run only
     when `-m` names them (`.ci/run` runs `-m "each_method or long"` and `-m docker`): a `-m` on
-    the command line replaces pyproject's, and `-m "not slow"` alone would otherwise run them."""
+    the command line replaces pyproject's, and `-m "not slow"` alone would otherwise run them.
+    Then the tests that read a run started with the session go last."""
     named = config.getoption("markexpr") or ""
     for marker in OPT_IN:
         if marker in named:
@@ -132,6 +220,15 @@ def pytest_collection_modifyitems(config, items):
         if len(kept) < len(items):
             config.hook.pytest_deselected(items=[i for i in items if marker in i.keywords])
             items[:] = kept
+    # the tests that read what started with the session (a background scenario, the shared
+    # flwr run) last: their Flower processes then have the whole run to end in, beside the
+    # other tests (any order is an order the tests hold in: "Any order", docs/testing.md)
+    items.sort(key=reads_what_started_with_the_session)
+
+
+def reads_what_started_with_the_session(item) -> bool:
+    return (item.get_closest_marker("background") is not None
+            or "fedacg_flwr_run" in getattr(item, "fixturenames", ()))
 
 
 @pytest.fixture

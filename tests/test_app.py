@@ -10,6 +10,9 @@ import server_app.app as server
 from fakegrid import FakeGrid, client_app_handler
 from models import build_model
 
+# the runs' plots are not drawn here: nothing asserts them (tests/conftest.py)
+pytestmark = pytest.mark.no_run_plots
+
 
 def run_app(tmp_path, num_nodes, **overrides):
     rc = {"out-dir": str(tmp_path), "run-name": "run", **overrides}

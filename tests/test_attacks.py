@@ -16,6 +16,9 @@ import torch
 import attacks
 from attacks import ATTACKS, SETUPS, run_attack
 
+# the runs' plots are not drawn here: nothing asserts them (tests/conftest.py)
+pytestmark = pytest.mark.no_run_plots
+
 FAST = {"num-server-rounds": 3, "local-iterations": 3, "eval-every": 1}
 
 

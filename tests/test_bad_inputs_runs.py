@@ -18,6 +18,9 @@ from run_config.check import check
 from server_app.checkpoint import CheckpointError
 from strategies.round_loop import NothingLearned
 
+# the runs' plots are not drawn here: nothing asserts them (tests/conftest.py)
+pytestmark = pytest.mark.no_run_plots
+
 ROOT = Path(__file__).resolve().parents[1]
 BASE = {"method": "fedacg", "model": "mlp", "num-server-rounds": 3, "fraction-train": 1.0,
         "local-iterations": 2, "eval-every": 1, "checkpoint-every": 0, "run-name": "r"}

@@ -13,6 +13,9 @@ from fakegrid import FakeGrid, client_app_handler
 from run_config import ConfigError, resolve
 from server_app.checkpoint import CheckpointError, find_checkpoint, load_checkpoint, save_checkpoint
 
+# the runs' plots are not drawn here: nothing asserts them (tests/conftest.py)
+pytestmark = pytest.mark.no_run_plots
+
 # 8 clients, half of them trained and a quarter evaluated per round (both draw from the
 # sampling RNG), FedACG (momentum matters), checkpoints every 3 rounds.
 BASE = {"num-server-rounds": 6, "checkpoint-every": 3, "local-iterations": 3,

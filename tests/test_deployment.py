@@ -7,9 +7,12 @@ the proxy, one unregistered node that is refused, and a 2-round FedACG run on di
 port) they work.
 
 Every process is started in its own session and stopped by its process group (the SuperLink's
-and the SuperNodes' SuperExecs and app processes with it), also when the test fails.
+and the SuperNodes' SuperExecs and app processes with it), also when the test fails. The TLS
+run starts with the test session, in a thread of its own (tests/background.py): its minutes of
+processes starting and refusals retried pass beside the in-process tests.
 """
 
+import contextlib
 import json
 import os
 import tempfile
@@ -93,8 +96,10 @@ def node_ids(env, conn) -> dict[str, str]:
     return {str(n["node-id"]): n["status"] for n in nodes}
 
 
-@pytest.fixture
-def deployment(tmp_path):
+@contextlib.contextmanager
+def deployed(tmp_path: Path):
+    """The SuperLink, the fleet proxy and the connections, in `tmp_path`: `(procs, creds, port,
+    user)`; every process stopped at the end, also on failure."""
     if not shutil.which("flower-superlink"):
         pytest.skip("flwr is not installed")
     creds = tmp_path / "creds"
@@ -144,6 +149,12 @@ def deployment(tmp_path):
         shutil.rmtree(proxy_dir, ignore_errors=True)
 
 
+@pytest.fixture
+def deployment(tmp_path):
+    with deployed(tmp_path) as running:
+        yield running
+
+
 def test_superlink_script_refuses_to_open_the_control_api(tmp_path):
     out = run(["bash", str(DEPLOY / "superlink.sh"), "--credentials", str(tmp_path), "--host",
                "0.0.0.0"], os.environ)
@@ -168,7 +179,14 @@ def refused_from_the_nodes_side(creds, port, user) -> list[subprocess.Popen]:
             for name, cmd in cmds.items()}
 
 
-def test_tls_authenticated_deployment_runs_fedacg(deployment, tmp_path):
+def tls_deployment_runs_fedacg(tmp_path: Path) -> str:
+    """The whole test in `tmp_path` (started with the session: tests/background.py); returns
+    its summary line."""
+    with deployed(tmp_path) as deployment:
+        return tls_deployment_checks(deployment, tmp_path)
+
+
+def tls_deployment_checks(deployment, tmp_path: Path) -> str:
     procs, creds, port, user = deployment
     conn = "secure"
     # the Control and Runtime APIs are not served on the nodes' port, however the path is spelled
@@ -235,8 +253,13 @@ def test_tls_authenticated_deployment_runs_fedacg(deployment, tmp_path):
     cached = sorted(p.name.split("-")[1] for p in cache.glob("*.pt"))
     assert cached == ["p0of2", "p1of2"], cached
     assert not (tmp_path / "unused").exists()
-    print(f"\ndeployment on loopback: wall {wall:.1f} s, round seconds "
-          f"{[round(r['seconds'], 2) for r in rows[1:]]}")
+    return (f"deployment on loopback: wall {wall:.1f} s, round seconds "
+            f"{[round(r['seconds'], 2) for r in rows[1:]]}")
+
+
+@pytest.mark.background(scenario=tls_deployment_runs_fedacg)
+def test_tls_authenticated_deployment_runs_fedacg(background_result):
+    print(f"\n{background_result}")  # (shown with -s)
 
 
 @pytest.mark.long

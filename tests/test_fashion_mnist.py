@@ -7,14 +7,13 @@ when the package is installed."""
 import gzip
 import os
 import struct
-import subprocess
-import sys
 import zlib
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from entry_points import HOW, run_module
 from feddata import DataSettings, load_client_data, load_test_data
 from feddata.idx import IdxRefused, read_idx_split
 from feddata.own_data import OwnDataError, read_own_data
@@ -213,13 +212,12 @@ def test_a_node_reads_its_own_idx_folder(tmp_path, arrays):
     assert len(read_own_data(str(folder), FMNIST, "fashion-mnist", follow_links=True).y) == 60
 
 
-def test_feddata_check_reads_an_idx_folder_and_names_a_bad_file(tmp_path, arrays):
+@pytest.mark.parametrize("how", HOW)  # (in this process; as `python -m` in the long set)
+def test_feddata_check_reads_an_idx_folder_and_names_a_bad_file(tmp_path, arrays, how):
     folder = write_idx_folder(tmp_path / "node", arrays, gz=True)
 
     def check():
-        return subprocess.run([sys.executable, "-m", "feddata", "check", str(folder),
-                               "--dataset", "fashion-mnist"], cwd=ROOT, capture_output=True,
-                              text=True, timeout=300)
+        return run_module(how, "feddata", "check", str(folder), "--dataset", "fashion-mnist")
 
     ok = check()
     assert ok.returncode == 0, ok.stderr
@@ -325,7 +323,8 @@ def test_the_results_page_puts_the_papers_emnist_column_beside_each_row(tmp_path
     assert "2 of its 114 cells" in from_csv and "ran 1.0 hours in all" in from_csv
 
 
-def test_a_file_there_twice_is_refused_by_every_reader_with_its_error(tmp_path, arrays):
+@pytest.mark.parametrize("how", HOW)  # feddata check in this process; as `python -m` in long
+def test_a_file_there_twice_is_refused_by_every_reader_with_its_error(tmp_path, arrays, how):
     """Both x and x.gz in a folder: the server's dataset-path (DataSourceError), a node's folder
     (OwnDataError) and feddata check (exit 1, no traceback) all name the two files."""
     folder = write_idx_folder(tmp_path / "idx", arrays, gz=True)
@@ -335,8 +334,7 @@ def test_a_file_there_twice_is_refused_by_every_reader_with_its_error(tmp_path, 
         load_test_data(cfg_for(folder, seed=7))
     with pytest.raises(OwnDataError, match="both t10k-images-idx3-ubyte and"):
         read_own_data(str(folder), FMNIST, "fashion-mnist")
-    out = subprocess.run([sys.executable, "-m", "feddata", "check", str(folder), "--dataset",
-                          "fashion-mnist"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    out = run_module(how, "feddata", "check", str(folder), "--dataset", "fashion-mnist")
     assert out.returncode == 1 and "Traceback" not in out.stderr
     assert "keep one" in out.stderr
 

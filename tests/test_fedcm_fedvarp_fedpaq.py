@@ -14,6 +14,9 @@ from methods.fedpaq import (UplinkDecoder, UplinkQuantizer, dequantize, pack_cod
 from methods.fedvarp import FedVARPRule, UpdateTable, varp_step
 from pins_helpers import final_model, real_client, recording, resolved, run_folder, run_server_app
 
+# the runs' plots are not drawn here: nothing asserts them (tests/conftest.py)
+pytestmark = pytest.mark.no_run_plots
+
 NODES = 4
 BASE = {"dataset": "digits", "num-server-rounds": 2, "local-iterations": 2, "fraction-train": 0.5,
         "seed": 3}

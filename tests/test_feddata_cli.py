@@ -1,6 +1,11 @@
 """Every `python -m feddata ...` entry point (`check`, `demo-folders`, `feddata.save`) ends bad
 input, an option or a folder, with one message and the fix: a non-zero exit, one 'error:' line,
-never a traceback (issue 58). One fault per case; the folders are made here, small."""
+never a traceback (issue 58). One fault per case; the folders are made here, small.
+
+Each case runs in this process (`main(argv)` of the entry point, its exit as the interpreter
+would make it: no Python start and torch import per case). Each case runs as `python -m` as well:
+one case per entry point in the default run (the `__main__` wiring, and the null-image row whose
+parquet read once aborted the interpreter at exit), every case behind `long`."""
 
 import gzip
 import io
@@ -8,19 +13,13 @@ import os
 import re
 import struct
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from entry_points import HOW, python_m, run_module
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_DATASETS_OFFLINE": "1",
-           "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-m", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=300, env=env)
 
 
 def idx_pair(folder: Path, prefix: str, n: int, dims=(28, 28)) -> None:
@@ -143,43 +142,65 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("case", list(CASES))
-def test_a_bad_input_ends_with_one_message_and_no_traceback(tmp_path, case):
-    args, kind, code, words = CASES[case]
+def case_args(tmp_path: Path, case: str) -> tuple:
+    """The case's arguments with its folder made in `tmp_path`."""
+    args, kind, _, _ = CASES[case]
     if kind is not None:
         path = str(make(tmp_path, kind))
         args = args[:2] + (path,) + args[2:] if args[0] == "feddata" else args + (path,)
-    assert_one_message(run(*args, cwd=tmp_path), code, *words)
+    return args
 
 
-def test_a_demo_written_into_a_file_names_it(tmp_path):
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_bad_input_ends_with_one_message_and_no_traceback(tmp_path, case):
+    _, _, code, words = CASES[case]
+    assert_one_message(run_module("here", *case_args(tmp_path, case), cwd=tmp_path), code,
+                       *words)
+
+
+# as `python -m`: one case per entry point in the default run, all of them in the long set
+BY_PYTHON_M = ("check-null-image", "demo-no-nodes", "save-no-args")
+
+
+@pytest.mark.parametrize("case", [c if c in BY_PYTHON_M else pytest.param(c, marks=pytest.mark.long)
+                                  for c in CASES])
+def test_a_bad_input_ends_with_one_message_and_no_traceback_as_python_m(tmp_path, case):
+    _, _, code, words = CASES[case]
+    assert_one_message(python_m(*case_args(tmp_path, case), cwd=tmp_path), code, *words)
+
+
+@pytest.mark.parametrize("how", HOW)
+def test_a_demo_written_into_a_file_names_it(tmp_path, how):
     """demo-folders' out given as a file: the message names it."""
     out = make(tmp_path, "a-file")
-    assert_one_message(run("feddata", "demo-folders", str(out), "--nodes", "1", cwd=tmp_path),
-                       1, str(out), "cannot write")
+    ran = run_module(how, "feddata", "demo-folders", str(out), "--nodes", "1", cwd=tmp_path)
+    assert_one_message(ran, 1, str(out), "cannot write")
 
 
-def test_save_into_a_file_is_one_message(tmp_path):
+@pytest.mark.parametrize("how", HOW)
+def test_save_into_a_file_is_one_message(tmp_path, how):
     source = make(tmp_path, "both-pairs")
     out = make(tmp_path, "a-file")
-    assert_one_message(run("feddata.save", "fashion-mnist", str(out), "--from-idx", str(source),
-                           cwd=tmp_path), 1, "cannot write")
+    ran = run_module(how, "feddata.save", "fashion-mnist", str(out), "--from-idx", str(source),
+                     cwd=tmp_path)
+    assert_one_message(ran, 1, "cannot write")
 
 
-def test_the_run_and_the_check_agree_on_a_train_only_folder(tmp_path):
+@pytest.mark.parametrize("how", HOW)
+def test_the_run_and_the_check_agree_on_a_train_only_folder(tmp_path, how):
     """A folder of the training pair only: a node may train on it (its one split), the check
     says so and that a run's dataset-path needs the t10k pair; with --dataset-path it is
     refused as the run refuses it; with both pairs both splits are counted."""
     folder = make(tmp_path, "train-only")
-    node = run(*CHECK, str(folder), *FM, cwd=tmp_path)
+    node = run_module(how, *CHECK, str(folder), *FM, cwd=tmp_path)
     assert node.returncode == 0 and "30 examples (IDX files)" in node.stdout
     assert "--dataset-path" in node.stdout and "Traceback" not in node.stderr
     both = make(tmp_path, "both-pairs")
-    ok = run(*CHECK, str(both), *FM, "--dataset-path", cwd=tmp_path)
+    ok = run_module(how, *CHECK, str(both), *FM, "--dataset-path", cwd=tmp_path)
     assert ok.returncode == 0, ok.stderr
     assert ("train 30 examples (10 of 10 labels), test 10 examples (10 of 10 labels), the "
             "server's test set: OK") in ok.stdout
-    node = run(*CHECK, str(both), *FM, cwd=tmp_path)
+    node = run_module(how, *CHECK, str(both), *FM, cwd=tmp_path)
     assert node.returncode == 0
     assert ("skipped 2 file(s) of the IDX test split, not read as data-path (it reads the train "
             "split); a run's dataset-path reads both splits") in node.stdout

@@ -8,6 +8,9 @@ import pytest
 import torch
 from flwr.app import Context, RecordDict
 
+# the runs' plots are not drawn here: nothing asserts them (tests/conftest.py)
+pytestmark = pytest.mark.no_run_plots
+
 
 @pytest.mark.parametrize("method", ["fedadam", "fedyogi", "fedadagrad"])
 def test_flower_fedopt_keeps_training_after_round_one(tmp_path, method):

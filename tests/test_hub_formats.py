@@ -23,6 +23,9 @@ from feddata.sources import _grouped_holdout
 from feddata.specs import DATASET_BY_NAME
 from run_config import resolve
 
+# the runs' plots are not drawn here: nothing asserts them (tests/conftest.py)
+pytestmark = pytest.mark.no_run_plots
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

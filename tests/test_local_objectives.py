@@ -30,6 +30,9 @@ from models import MODELS, build_model
 from models.features import FeatureTap, feature_layer, forward_with_features
 from run_config import ConfigError, resolve
 
+# the runs' plots are not drawn here: nothing asserts them (tests/conftest.py)
+pytestmark = pytest.mark.no_run_plots
+
 OUR_METHODS = ("moon", "fedlc", "fedlc-fedacg", "fedlc-gcfed", "fedntd", "fedntd-fedacg",
                "fedntd-gcfed", "feddecorr", "feddecorr-fedacg", "feddecorr-gcfed")
 

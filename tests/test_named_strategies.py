@@ -18,6 +18,9 @@ from strategies import FedACG, FedACGGCFed, FedAGM, GCFed, Method
 from strategies.round_loop import NothingLearned
 from strategy_helpers import deltas, random_state
 
+# the runs' plots are not drawn here: nothing asserts them (tests/conftest.py)
+pytestmark = pytest.mark.no_run_plots
+
 SIZES = [10, 30, 25, 5]
 
 

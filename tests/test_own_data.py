@@ -3,8 +3,6 @@ whole folder its node config's data-path names; bad folders are errors naming th
 fix, and the run goes on with the other nodes."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +10,7 @@ import pytest
 import torch
 from flwr.app import Context, RecordDict
 
+from entry_points import HOW, run_module
 from feddata.own_data import OwnDataError, read_own_data, split_held_out
 from feddata.specs import DATASET_BY_NAME
 
@@ -85,19 +84,19 @@ def test_own_data_bad_folders_name_the_file_and_the_fix(tmp_path, make, message)
         read_own_data(str(make(tmp_path)), CIFAR, "cifar10")
 
 
-def test_own_data_check_command(tmp_path):
+@pytest.mark.parametrize("how", HOW)  # (in this process; as `python -m` in the long set)
+def test_own_data_check_command(tmp_path, how):
     good = image_folder(tmp_path / "good", {0: 3, 1: 2})
-    out = subprocess.run([sys.executable, "-m", "feddata", "check", str(good), "--dataset",
-                          "cifar10"], cwd=ROOT, capture_output=True, text=True)
+    out = run_module(how, "feddata", "check", str(good), "--dataset", "cifar10")
     assert out.returncode == 0 and "5 examples (image folder)" in out.stdout, out.stderr
     assert "2 of 10 labels {0: 3, 1: 2}" in out.stdout
-    out = subprocess.run([sys.executable, "-m", "feddata", "check", str(good), "--dataset",
-                          "femnist"], cwd=ROOT, capture_output=True, text=True)
+    out = run_module(how, "feddata", "check", str(good), "--dataset", "femnist")
     assert out.returncode == 1 and "takes 28x28 with 1" in out.stderr
 
 
+@pytest.mark.parametrize("how", HOW)
 @pytest.mark.parametrize("images", [False, True])
-def test_own_data_demo_folders_print_the_run_config_that_reads_them(tmp_path, images):
+def test_own_data_demo_folders_print_the_run_config_that_reads_them(tmp_path, images, how):
     """The printed run config, parsed as `flwr run --run-config` parses it, is the one the
     folders need: dataset 'custom' with the images' classes, shape and normalization and the
     server's test folder, or the digits as they are; client-data 'own' either way."""
@@ -106,9 +105,10 @@ def test_own_data_demo_folders_print_the_run_config_that_reads_them(tmp_path, im
     from feddata.__main__ import DEMO_CUSTOM
     from run_config import resolve
 
-    out = subprocess.run([sys.executable, "-m", "feddata", "demo-folders", str(tmp_path / "d"),
-                          "--nodes", "1", *(["--images"] if images else [])], cwd=ROOT,
-                         capture_output=True, text=True, check=True).stdout.splitlines()
+    ran = run_module(how, "feddata", "demo-folders", str(tmp_path / "d"), "--nodes", "1",
+                     *(["--images"] if images else []))
+    assert ran.returncode == 0, ran.stderr
+    out = ran.stdout.splitlines()
     assert out[0] == str(tmp_path / "d" / "node-0") and out[1].startswith("run config: ")
     config = parse_config_args([out[1].removeprefix("run config: ")])
     expected = ({**DEMO_CUSTOM, "test-data": str(tmp_path / "d" / "server-test")} if images

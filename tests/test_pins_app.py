@@ -18,6 +18,9 @@ from pins_helpers import (Crash, broadcast_of, checkpoint, checkpoint_error, cli
                           run_folder, run_server_app, save_checkpoint_file, server_model,
                           server_test_set)
 
+# the runs' plots are not drawn here: nothing asserts them (tests/conftest.py)
+pytestmark = pytest.mark.no_run_plots
+
 NODES = 4
 MLP = ["fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias", "fc3.weight", "fc3.bias"]
 

@@ -14,6 +14,9 @@ from pins_helpers import (broadcast_of, config_of, error_reply, is_evaluate, is_
                           partition_reply, run_strategy, run_strategy_result,
                           strategy_from_config, strategy_state, virtual_node_wait_clock)
 
+# the runs' plots are not drawn here: nothing asserts them (tests/conftest.py)
+pytestmark = pytest.mark.no_run_plots
+
 SIZES = [10, 30, 25, 5]  # unequal on purpose
 
 

@@ -46,6 +46,9 @@ import pytest
 import torch
 from flwr.app import Context, RecordDict
 
+# the runs' plots are not drawn here: nothing asserts them (tests/conftest.py)
+pytestmark = pytest.mark.no_run_plots
+
 REFERENCE = Path(__file__).with_name("preset_referee.json")
 RTOL = 2e-4  # rel above this fails (see the module docstring for the measured margins)
 PROJECTIONS = 16  # rows of S

@@ -47,9 +47,13 @@ def test_console_is_one_line_per_round(fedacg_flwr_run):
     assert status(run_dir).returncode == 0
 
 
+@pytest.mark.long  # (25-45 s; test_runs.py pins the rule in-process on a fixed-size grid)
 def test_too_few_simulated_nodes_fail_at_once(superlink):
     """With node-wait-timeout = 3600 s, a server that waited for nodes could not end the run
-    within flwr_run's 400 s: the run ends failed, so it did not wait (no wall-clock bound)."""
+    within flwr_run's 400 s: the run ends failed, so it did not wait (no wall-clock bound).
+    The default run checks the same in-process (test_runs.py,
+    test_too_few_simulated_nodes_fail_at_once_and_the_status_says_failed: FakeGrid of a fixed
+    size, the node wait's virtual clock, the status command); here Flower's own grid."""
     env, home = superlink
     out = flwr_run(env, "min-train-nodes=5 node-wait-timeout=3600.0 "
                    f"out-dir='{home}/runs' run-name='few'", 3)

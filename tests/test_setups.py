@@ -16,6 +16,9 @@ from run_config import (
 )
 from pages.tables import setups as setups_table
 
+# the runs' plots are not drawn here: nothing asserts them (tests/conftest.py)
+pytestmark = pytest.mark.no_run_plots
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -27,6 +27,9 @@ from methods.scaffold import C_RECORD, DELTA_C_RECORD, ScaffoldCorrection, Scaff
 from run_config import resolve
 from server_app.checkpoint import load_checkpoint
 
+# the runs' plots are not drawn here: nothing asserts them (tests/conftest.py)
+pytestmark = pytest.mark.no_run_plots
+
 LR, STEPS, BATCH = 0.1, 4, 5
 
 

@@ -16,6 +16,9 @@ from feddata.padding import full_batch_index, pad_to_full_batches
 from methods import ClientPart
 from run_config import ConfigError, resolve
 
+# the runs' plots are not drawn here: nothing asserts them (tests/conftest.py)
+pytestmark = pytest.mark.no_run_plots
+
 # --- GC-Fed's padding (pad-to-full-batches) ----------------------------------------------------
 
 
