@@ -134,11 +134,12 @@ class SweepPage:
             raise PageError(mixed)
         rounds, targets = _columns(sweep)
         self._plots(sweep, chosen, curves, docs, targets)
-        where = (f"`python -m experiments.sweep {self._sweep_arg()} --jobs 2`"
-                 if from_csv is None else f"{self.cells_name}, the cells' own CSV")
+        run = f"`python -m experiments.sweep {self._sweep_arg()} --jobs 2`"
+        where = (run if from_csv is None else f"{run}, run in parts and merged into "
+                 f"{self.cells_name}" if merge else f"{self.cells_name}, the cells' own CSV")
         extra = self.extra(sweep, chosen, docs).strip() if self.extra is not None else ""
         text = self._text(sweep, chosen, len(every), rounds, targets, where, note, cells,
-                          from_csv is None, extra)
+                          from_csv is None or merge, extra)
         if from_csv is not None and not merge:
             return Measured(text)
         from reporting.cells import cells_csv
