@@ -129,10 +129,7 @@ def shared_flower_runs_start_first(request, partition_cache_dir):
     depend on when it runs (seeded; its own run folder; the partition cache's writes are
     atomic, as for many nodes sharing it; `partition_cache_dir` is set before the SuperLink
     copies the environment)."""
-    if any("fedacg_flwr_run" in getattr(item, "fixturenames", ())
-           for item in request.session.items):
-        request.getfixturevalue("fedacg_flwr_run_started")
-    yield
+    yield  # (started when first read: see background_scenarios)
 
 
 @pytest.fixture(scope="session")
@@ -165,12 +162,14 @@ def background_scenarios(request, partition_cache_dir, tmp_path_factory):
     from background import Scenario
 
     started: dict = {}
-    for item in request.session.items:
-        marker = item.get_closest_marker("background")
-        if marker is not None and marker.kwargs["scenario"] not in started:
-            run = marker.kwargs["scenario"]
+
+    def start(run):  # (when a test first reads it: three Flower runs started at once beside
+        # the first module's learning runs cost more on 2 cores than they saved)
+        if run not in started:
             started[run] = Scenario(run, tmp_path_factory.mktemp(run.__name__)).start()
-    yield started
+        return started[run]
+
+    yield start
     for scenario in started.values():
         scenario.thread.join(900)
 
@@ -180,7 +179,7 @@ def background_result(request, background_scenarios):
     """The result of this test's background scenario (`@pytest.mark.background(scenario=...)`),
     waited for; what it raised is raised here."""
     run = request.node.get_closest_marker("background").kwargs["scenario"]
-    return background_scenarios[run].wait(timeout=900)
+    return background_scenarios(run).wait(timeout=900)
 
 
 @pytest.fixture(autouse=True, scope="module")
