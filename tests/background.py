@@ -1,11 +1,11 @@
-"""Whole Flower scenarios (a deployment on loopback, its processes, its checks) started with the
-test session in a thread of their own, so that their minutes of waiting (processes starting,
-heartbeats missed, rounds timing out) pass beside the in-process tests instead of after them.
+"""Whole Flower scenarios (a deployment on loopback, its processes, its checks), each run in a
+thread of its own, started when a test first reads it (started with the session instead, the default
+run took the same time on 2 cores: docs/testing.md#test-time).
 
 A test names its scenario with `@pytest.mark.background(scenario=f)`: `f(folder)` is a
 function of the test's module that does the whole test (starts the processes, asserts, stops
-every process it started, also on failure) in `folder`. `tests/conftest.py` starts each scenario
-of a collected test when the session starts; the test itself (`background_result`) waits for
+every process it started, also on failure) in `folder`. `tests/conftest.py` starts a scenario
+when its test first asks for it; the test itself (`background_result`) waits for
 it and raises what it raised, so every assertion is reported by the test as before."""
 
 from __future__ import annotations

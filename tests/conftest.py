@@ -123,12 +123,11 @@ def fedacg_flwr_run_started(superlink, tmp_path_factory):
 
 @pytest.fixture(autouse=True, scope="session")
 def shared_flower_runs_start_first(request, partition_cache_dir):
-    """The session's shared `flwr run` starts with the session when a collected test reads it:
-    it runs in Flower's processes beside the in-process tests (the test process uses one of the
-    box's cores) instead of holding up the test that first reads it. Its outcome does not
-    depend on when it runs (seeded; its own run folder; the partition cache's writes are
-    atomic, as for many nodes sharing it; `partition_cache_dir` is set before the SuperLink
-    copies the environment)."""
+    """Nothing is started here any more: the session's shared `flwr run` starts when a test
+    first reads it. Started with the session or when first read, the default run took the same
+    18 min 3 s on 2 cores (docs/testing.md#test-time); started when read it stays off the
+    timing-sensitive first tests. Kept so that `partition_cache_dir` is set
+    before the SuperLink copies the environment."""
     yield  # (started when first read: see background_scenarios)
 
 
@@ -136,8 +135,8 @@ def shared_flower_runs_start_first(request, partition_cache_dir):
 def fedacg_flwr_run(fedacg_flwr_run_started):
     """One `flwr run` of the app (FedACG, the default method, 12 rounds on 10 simulated nodes)
     on the session's SuperLink, read by the tests that only check its outcome: it learns
-    (test_simulation.py) and its console (test_runs_flwr.py). Started with the session
-    (`shared_flower_runs_start_first`); this waits for its end (killed after 600 s: its
+    (test_simulation.py) and its console (test_runs_flwr.py). Started when first read; this
+    waits for its end (killed after 600 s: its
     returncode then says so). `(out, home, run_dir, wall)`, `out` a CompletedProcess, `wall`
     the seconds from its start until it was read."""
     import subprocess
@@ -156,15 +155,15 @@ def fedacg_flwr_run(fedacg_flwr_run_started):
 
 @pytest.fixture(autouse=True, scope="session")
 def background_scenarios(request, partition_cache_dir, tmp_path_factory):
-    """The scenarios of the collected tests marked `background` (tests/background.py), each
-    started in a thread of its own when the session starts; at the end each is waited for (they
-    stop their own processes)."""
+    """`start(scenario)`: a scenario of a test marked `background` (tests/background.py) started
+    in a thread of its own when a test first reads it (at the session's start or when read, the
+    default run took the same time on 2 cores: docs/testing.md#test-time); at
+    the end each is waited for (they stop their own processes)."""
     from background import Scenario
 
     started: dict = {}
 
-    def start(run):  # (when a test first reads it: three Flower runs started at once beside
-        # the first module's learning runs cost more on 2 cores than they saved)
+    def start(run):  # (when a test first reads it)
         if run not in started:
             started[run] = Scenario(run, tmp_path_factory.mktemp(run.__name__)).start()
         return started[run]
