@@ -153,6 +153,7 @@ def _values(values: Any, where: str, field: str) -> dict[str, Any]:
 def apply_setup(run_config: dict[str, Any]) -> dict[str, Any]:
     """`run_config` with the set-up's method and values where it still holds the defaults."""
     name = coerce(KEYS_BY_NAME["setup"], run_config.get("setup", ""))
+    kept = setup_overrides(run_config)  # (checked with or without a set-up)
     if not name:
         return dict(run_config)
     setup = load_setup(name)
@@ -160,7 +161,6 @@ def apply_setup(run_config: dict[str, Any]) -> dict[str, Any]:
     if run_config.get("method", "auto") == "auto":
         merged["method"] = setup["method"]
     row = setup["row-config"].get(merged["method"], {})
-    kept = setup_overrides(run_config)
     for key_name, value in {**setup["run-config"], **row}.items():
         key = KEYS_BY_NAME[key_name]
         if key_name not in kept and \

@@ -292,3 +292,5 @@ def test_a_default_given_on_purpose_is_kept_only_when_named():
     for bad in ("local_momentum", "setup", "local-momentum,nope"):
         with pytest.raises(ConfigError, match="setup-overrides"):
             resolve({**base, "setup-overrides": bad})
+        with pytest.raises(ConfigError, match="setup-overrides"):  # (no set-up: still checked)
+            resolve({"setup-overrides": bad})
