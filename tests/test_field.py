@@ -38,8 +38,9 @@ waits past Flower's 5 s lock timeout loses the run (docs/deployment.md#in-the-fi
 SuperLink's database is locked"), as in CI's runs of 2026-11-27. If that happens beside the
 planned lock, the test recovers the same way (at most MAX_RECOVERIES times in all, each an event
 and a checked resume) and says so. Sizes are the constants below (FIELD_NODES and FIELD_ROUNDS
-in the environment override them for a quick try, FIELD_ROUNDS 12 at least). Marked `long` and
-`slow`; every process is stopped by its process tree, also when the test fails.
+in the environment override them for a smaller run, FIELD_ROUNDS 12 at least: `.ci/run` runs the
+size that fits in its time, docs/testing.md#the-field-test). Marked `field` and `slow`, run alone
+(`-n 0`); every process is stopped by its process tree, also when the test fails.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ from experiments.deployment import LocalDeployment, healthy
 from test_deployment_faults import SUPERNODE
 from test_faults_simulation import faulty_app_copy
 
-pytestmark = [pytest.mark.slow, pytest.mark.long]
+pytestmark = [pytest.mark.slow, pytest.mark.field]
 
 NODES = int(os.environ.get("FIELD_NODES", "20"))  # SuperNodes at the start
 JOINERS = 2  # nodes that join mid-run (client ids NODES, NODES + 1)
