@@ -209,7 +209,7 @@ def pytest_collection_modifyitems(config, items):
     """The docker compose demo, the one-flwr-run-per-method tests and the long runs run only
     when `-m` names them (`.ci/run` runs `-m "each_method or long"`, `-m docker` and `-m
     field`): a `-m` on the command line replaces pyproject's, and `-m "not slow"` alone would
-    otherwise run them. Then the files that start Flower processes go first."""
+    otherwise run them. Then the tests that read a run started with the session go last."""
     named = config.getoption("markexpr") or ""
     for marker in OPT_IN:
         if marker in named:
@@ -218,14 +218,10 @@ def pytest_collection_modifyitems(config, items):
         if len(kept) < len(items):
             config.hook.pytest_deselected(items=[i for i in items if marker in i.keywords])
             items[:] = kept
-    # the files that start Flower processes first: each takes a worker for a minute or two,
-    # and the two workers (`-n 2 --dist loadfile`) take files in this order, so the short files
-    # fill the gaps instead of one long file ending the run alone (docs/testing.md#two-workers).
-    # Within a file, the tests that read what started with the session (a background
-    # scenario, the shared flwr run) last. Any order is one the tests hold in ("Any order").
-    starts_flower = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: (item.path not in starts_flower, str(item.path),
-                                 reads_what_started_with_the_session(item)))
+    # the tests that read what started with the session (a background scenario, the shared
+    # flwr run) last in their file (any order is an order the tests hold in: "Any order",
+    # docs/testing.md)
+    items.sort(key=reads_what_started_with_the_session)
 
 
 def reads_what_started_with_the_session(item) -> bool:
