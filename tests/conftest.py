@@ -219,8 +219,8 @@ def pytest_collection_modifyitems(config, items):
             config.hook.pytest_deselected(items=[i for i in items if marker in i.keywords])
             items[:] = kept
     # the tests that read what started with the session (a background scenario, the shared
-    # flwr run) last in their file (any order is an order the tests hold in: "Any order",
-    # docs/testing.md)
+    # flwr run) last; with `--dist loadfile` that is last within their file's worker (any
+    # order is an order the tests hold in: "Any order", docs/testing.md)
     items.sort(key=reads_what_started_with_the_session)
 
 
