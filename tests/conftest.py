@@ -15,10 +15,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")  # flwr-datasets would post events
-# Local copies are converted into the datasets cache: keep the tests' conversions out of ~/.cache.
-_CACHE = tempfile.mkdtemp(prefix="hf-datasets-cache-")
-os.environ.setdefault("HF_DATASETS_CACHE", _CACHE)
-atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
+# Local copies are converted into the datasets cache: keep the tests' conversions out of ~/.cache,
+# in a cache of each process's own (unless HF_DATASETS_CACHE names the user's): pytest-xdist's
+# workers inherit the environment of the process that started them, and a test that checks the
+# cache is left unchanged (tests/test_hostile_files.py) must not see another worker's writes.
+_GIVEN = os.environ.get("HF_DATASETS_CACHE")
+if _GIVEN is None or _GIVEN == os.environ.get("FEDACG_TESTS_HF_CACHE"):  # (one of ours)
+    _CACHE = tempfile.mkdtemp(prefix="hf-datasets-cache-")
+    os.environ["HF_DATASETS_CACHE"] = os.environ["FEDACG_TESTS_HF_CACHE"] = _CACHE
+    atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 
 # One torch thread in the tests and in the Flower processes they start (unless OMP_NUM_THREADS
 # says otherwise): the models are tiny, and on a busy 2-core box two threads per process contend
