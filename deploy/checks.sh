@@ -65,13 +65,15 @@ is_plain_path() {
 }
 
 # the Python that the Flower command $1 runs with (the python3 beside it, as in a virtual
-# environment), else python3 on PATH: printed where it imports flwr and tomli_w (deploy/
-# configs.py writes and checks the configs with them); status 1 where none does
+# environment), else python3 on PATH: printed where flwr and tomli_w are installed (deploy/
+# configs.py writes and checks the configs with them); status 1 where they are not. Looked up,
+# not imported: importing flwr costs about a second of CPU at every script start.
 flwr_python() {
-    local cmd py
+    local cmd py has='import importlib.util as u, sys
+sys.exit(not (u.find_spec("flwr") and u.find_spec("tomli_w")))'
     cmd=$(command -v "$1" 2>/dev/null) || cmd=""
     for py in ${cmd:+"${cmd%/*}/python3"} python3; do
-        if command -v "$py" >/dev/null 2>&1 && "$py" -c 'import flwr, tomli_w' 2>/dev/null; then
+        if command -v "$py" >/dev/null 2>&1 && "$py" -c "$has" 2>/dev/null; then
             printf '%s\n' "$py"
             return 0
         fi
