@@ -139,11 +139,10 @@ def shared_flower_runs_start_first(request, partition_cache_dir):
 @pytest.fixture(scope="session")
 def fedacg_flwr_run(fedacg_flwr_run_started):
     """One `flwr run` of the app (FedACG, the default method, 12 rounds on 10 simulated nodes)
-    on the session's SuperLink, read by the tests that only check its outcome: it learns
-    (test_simulation.py) and its console (test_runs_flwr.py). Started when first read; this
-    waits for its end (killed after 600 s: its
-    returncode then says so). `(out, home, run_dir, wall)`, `out` a CompletedProcess, `wall`
-    the seconds from its start until it was read."""
+    on the session's SuperLink, read by the tests that only check its outcome, both in
+    test_simulation.py: it learns, and its console. Started when first read; this waits for its
+    end (killed after 600 s: its returncode then says so). `(out, home, run_dir, wall)`, `out`
+    a CompletedProcess, `wall` the seconds from its start until it was read."""
     import subprocess
     import time
 

@@ -257,6 +257,7 @@ def tls_deployment_checks(deployment, tmp_path: Path) -> str:
             f"{[round(r['seconds'], 2) for r in rows[1:]]}")
 
 
+@pytest.mark.long  # (2-2.5 min; the default run checks the scripts alone: test_deploy_scripts.py)
 @pytest.mark.background(scenario=tls_deployment_runs_fedacg)
 def test_tls_authenticated_deployment_runs_fedacg(background_result):
     print(f"\n{background_result}")  # (shown with -s)

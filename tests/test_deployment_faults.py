@@ -134,6 +134,7 @@ def supernode_killed_after_round_1(tmp_path: Path) -> str:
             stop(proc)
 
 
+@pytest.mark.long  # (1.5-2 min; test_bad_replies.py pins the rule in-process)
 @pytest.mark.background(scenario=supernode_killed_after_round_1)
 def test_run_completes_when_a_supernode_is_killed(background_result):
     print(background_result)  # (shown with -s)

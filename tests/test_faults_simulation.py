@@ -54,6 +54,7 @@ def faulty_app_copy(dest: Path, plan: list[dict] = PLAN) -> Path:
     return dest
 
 
+@pytest.mark.long  # (1.5 min; test_bad_replies.py pins the rules in-process on a FakeGrid)
 def test_run_survives_raising_hanging_and_nan_clients(superlink, tmp_path):
     env, home = superlink
     app = faulty_app_copy(tmp_path / "app")

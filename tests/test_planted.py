@@ -15,11 +15,10 @@ import json
 import os
 import re
 import stat
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from entry_points import HOW, run_module
 
 ROOT = Path(__file__).resolve().parents[1]
 NOBODY = 65534
@@ -489,12 +488,6 @@ def test_max_cells_raises_the_cap(tmp_path, capsys):
 
 
 # --- 5. every entry point: one message and the fix, never a traceback -----------------------------
-def run_module(module: str, *args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
-
-
 def bad_folders(tmp: Path) -> dict[str, Path]:
     (tmp / "a-file").write_text("x")
     (tmp / "real").mkdir()
@@ -525,15 +518,16 @@ SWEEP_CASES = {
 }
 
 
+@pytest.mark.parametrize("how", HOW)
 @pytest.mark.parametrize("case", SWEEP_CASES)
-def test_the_sweep_command_ends_bad_input_with_one_message(tmp_path, case):
+def test_the_sweep_command_ends_bad_input_with_one_message(tmp_path, case, how):
     args, says = SWEEP_CASES[case]
     bad_folders(tmp_path)
     sweep = write_sweep(tmp_path / "in")
     (tmp_path / "linked").mkdir()
     os.symlink(tmp_path / "real", tmp_path / "linked" / "s")
     args = [a.format(tmp=tmp_path, sweep=sweep) for a in args]
-    out = run_module("experiments.sweep", *args)
+    out = run_module(how, "experiments.sweep", *args)
     assert out.returncode == 2, (out.stdout, out.stderr)
     assert "Traceback" not in out.stderr and re.search(says, out.stderr), out.stderr
     assert list((tmp_path / "real").iterdir()) == []
@@ -546,7 +540,8 @@ PAGE_BLOCK = "# page\n\n<!-- example:fmnist-table -->\nold\n<!-- /example:fmnist
                                   "page-missing", "page-no-block", "no-finished-cell",
                                   "cells-match-none", "cells-match-no-finished-cell",
                                   "unknown-flag", "csv-missing", "csv-bad", "mixed-versions"])
-def test_the_page_command_ends_bad_input_with_one_message(tmp_path, case):
+@pytest.mark.parametrize("how", HOW)
+def test_the_page_command_ends_bad_input_with_one_message(tmp_path, case, how):
     from experiments.sweep import load_sweep
     from pages.fashion_mnist import SWEEP_FILE
 
@@ -593,7 +588,7 @@ def test_the_page_command_ends_bad_input_with_one_message(tmp_path, case):
         (docs / "fashion-mnist.md").write_text("# a page without the block\n")
     if case != "no-finished-cell":
         args += ["--out-dir", str(out)] if "--out-dir" not in args else []
-    ran = run_module("pages.fashion_mnist", *args)
+    ran = run_module(how, "pages.fashion_mnist", *args)
     assert ran.returncode != 0, (ran.stdout, ran.stderr)
     assert "Traceback" not in ran.stderr and re.search(says, ran.stderr), ran.stderr
     assert sum("error" in line for line in ran.stderr.splitlines()) == 1, ran.stderr
@@ -606,16 +601,21 @@ def test_the_page_command_ends_bad_input_with_one_message(tmp_path, case):
     ("pages", ["--toml", "--methods"], r"not allowed with argument"),
     ("pages.examples", ["--nope"], r"unrecognized arguments: --nope"),
     ("reporting.status", [], r"the following arguments are required: RUN_DIR"),
-], ids=["pages-flag", "pages-two", "examples-flag", "status-none"])
+    ("pages.fashion_mnist", ["--nope"], r"unrecognized arguments: --nope"),
+    ("experiments.sweep", ["x.yaml", "--nope"], r"unrecognized arguments: --nope"),
+], ids=["pages-flag", "pages-two", "examples-flag", "status-none", "page-flag", "sweep-flag"])
 def test_the_other_commands_end_bad_arguments_with_one_message(module, args, says):
-    ran = run_module(module, *args)
+    """As `python -m` in the default run (each command's `__main__` wiring; the cases of the
+    page and the sweep above run in this process there, as `python -m` in the long set)."""
+    ran = run_module("python-m", module, *args)
     assert ran.returncode == 2 and "Traceback" not in ran.stderr, ran.stderr
     assert re.search(says, ran.stderr), ran.stderr
 
 
-def test_status_names_each_bad_folder_without_a_traceback(tmp_path):
+@pytest.mark.parametrize("how", HOW)
+def test_status_names_each_bad_folder_without_a_traceback(tmp_path, how):
     folders = bad_folders(tmp_path)
-    ran = run_module("reporting.status", *(str(p) for p in folders.values()), "/proc/self")
+    ran = run_module(how, "reporting.status", *(str(p) for p in folders.values()), "/proc/self")
     assert ran.returncode == 4 and "Traceback" not in ran.stderr, ran.stderr
     lines = ran.stdout.splitlines()
     assert len(lines) == len(folders) + 1

@@ -2,7 +2,7 @@
 config check, too few simulated nodes, resume 'latest', plots during the run, tracking.
 
 In-process (FakeGrid instead of the Flower runtime); the real `flwr run` versions are in
-test_runs_flwr.py (slow).
+test_simulation.py (the console) and test_runs_flwr.py (too few nodes; slow).
 """
 
 import json
