@@ -16,6 +16,7 @@ import multiprocessing
 import os
 import re
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -123,17 +124,58 @@ def sweep_folder(sweep: Sweep, *names: str, make: bool = True) -> Path:
     return folders_inside(sweep.dir.parent, sweep.dir.name, *names, make=make)
 
 
-def start_cell(cell: Cell, sweep: Sweep) -> dict[str, Any]:
-    """The cell's folder made, its stale results removed, its run-config.toml written (it also
-    serves `flwr run`); returns the version of the code the cell runs on, as it starts
-    (reporting.code_version: of the app folder `flwr run` builds its FAB from, or of the code
-    this process imported for the in-process backend)."""
+STARTED = "sweep-cell-started.json"  # the description and code a cell's run was started from
+
+
+def resumable(cell: Cell, version: dict[str, Any]) -> bool:
+    """Whether the cell's folder holds a stopped run of this very cell on this very code, which
+    the app can continue (`resume`): its results.json that of a run with rounds left (killed,
+    or stopped on an error), a checkpoint.pt, and a STARTED record equal to the cell's
+    description and `version`, a version that names the code (a commit, with the hash of the
+    checkout's changes if any, or the hash of the app's files: not 'unknown', not 'dirty?').
+    The app checks the checkpoint itself (its checksum, its config against the cell's, its
+    folder: server_app/checkpoint.py)."""
+    label = version_label(version)
+    if not trusted_cell(cell) or label == "unknown" or label.endswith("?"):
+        return False
+    state = run_state(cell.run_dir)
+    if state["state"] not in ("incomplete", "failed") or not (
+            isinstance(state["rounds"], int) and isinstance(state["of"], int)
+            and state["rounds"] < state["of"]):
+        return False
+    try:
+        if not stat.S_ISREG(os.lstat(cell.run_dir / "checkpoint.pt").st_mode):
+            return False
+        record = read_json_bounded(cell.run_dir / STARTED, CONFIG_FILE_LIMIT)
+    except (OSError, ValueError):
+        return False
+    return record == json.loads(json.dumps({**cell.description(), "code-version": version}))
+
+
+def start_cell(cell: Cell, sweep: Sweep,
+               echo: bool = True) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The cell's folder made and its run-config.toml written (it also serves `flwr run`):
+    to continue the stopped run in it from its checkpoint when that run is this cell's on this
+    code (`resumable`: its run config then has resume = 'latest'), else to start afresh, its
+    stale results and checkpoint removed. Returns the version of the code the cell runs on, as
+    it starts (reporting.code_version: of the app folder `flwr run` builds its FAB from, or of
+    the code this process imported for the in-process backend), and the run config written."""
     sweep_folder(sweep, *cell.run_dir.relative_to(sweep.dir).parts)
-    for stale in ("results.json", "sweep-cell.json"):
-        (cell.run_dir / stale).unlink(missing_ok=True)
+    version = code_version(sweep.app if sweep.backend == "flwr" else APP_ROOT)
+    run_config = dict(cell.run_config)
+    if resumable(cell, version):
+        run_config["resume"] = "latest"
+        (cell.run_dir / "sweep-cell.json").unlink(missing_ok=True)
+        if echo:
+            print("    continuing its stopped run from the checkpoint", flush=True)
+    else:
+        for stale in ("results.json", "sweep-cell.json", "checkpoint.pt"):
+            (cell.run_dir / stale).unlink(missing_ok=True)
+        write_text_atomic(cell.run_dir / STARTED, json.dumps(
+            {**cell.description(), "code-version": version}, indent=2))
     write_text_atomic(cell.run_dir / "run-config.toml",
-                      "".join(f"{k} = {toml_value(v)}\n" for k, v in cell.run_config.items()))
-    return code_version(sweep.app if sweep.backend == "flwr" else APP_ROOT)
+                      "".join(f"{k} = {toml_value(v)}\n" for k, v in run_config.items()))
+    return version, run_config
 
 
 def command(cell: Cell, sweep: Sweep, connection: str) -> list[str]:
@@ -147,7 +189,7 @@ def command(cell: Cell, sweep: Sweep, connection: str) -> list[str]:
 
 def run_cell(cell: Cell, sweep: Sweep, connection: str, env: dict[str, str], echo: bool) -> bool:
     """Run one cell with `flwr run`; True when it left a complete results.json."""
-    version = start_cell(cell, sweep)
+    version, run_config = start_cell(cell, sweep, echo)
     cmd = command(cell, sweep, connection)
     run_id = None
     with fresh_log(cell.run_dir / LOGS["flwr"]) as log:
@@ -173,7 +215,7 @@ def run_cell(cell: Cell, sweep: Sweep, connection: str, env: dict[str, str], ech
                     subprocess.run(["flwr", "stop", run_id, connection], cwd=sweep.app, env=env,
                                    capture_output=True, timeout=60)
             proc.wait()
-    return finished(cell, echo, version)
+    return finished(cell, echo, version, resumed="resume" in run_config)
 
 
 def num_nodes_of(federation_config: dict[str, Any]) -> int:
@@ -204,7 +246,7 @@ def run_cell_in_process(cell: Cell, sweep: Sweep, echo: bool) -> bool:
     the console with `echo`); the run-config.toml it writes also serves `flwr run`."""
     from inprocess import run_in_process
 
-    version = start_cell(cell, sweep)
+    version, run_config = start_cell(cell, sweep, echo)
     logger = logging.getLogger("flwr")
     saved = logger.handlers[:], logger.level
     with fresh_log(cell.run_dir / LOGS["in-process"]) as log_file:
@@ -220,7 +262,7 @@ def run_cell_in_process(cell: Cell, sweep: Sweep, echo: bool) -> bool:
             previous = signal.signal(signal.SIGALRM, timed_out)
             signal.setitimer(signal.ITIMER_REAL, float(sweep.cell_timeout))
         try:
-            run_in_process(cell.run_config, num_nodes_of(cell.federation_config))
+            run_in_process(run_config, num_nodes_of(cell.federation_config))
         except KeyboardInterrupt:
             raise
         except Exception as err:  # the ServerApp marked the run folder failed (if it made one)
@@ -233,14 +275,23 @@ def run_cell_in_process(cell: Cell, sweep: Sweep, echo: bool) -> bool:
                 signal.signal(signal.SIGALRM, previous)
             logger.handlers = saved[0]
             logger.setLevel(saved[1])
-    return finished(cell, echo, version)
+    return finished(cell, echo, version, resumed="resume" in run_config)
 
 
-def finished(cell: Cell, echo: bool, version: dict[str, Any] | None = None) -> bool:
+def finished(cell: Cell, echo: bool, version: dict[str, Any] | None = None,
+             resumed: bool = False) -> bool:
     """True when the cell's run folder holds a result (`is_result`; then sweep-cell.json is
     written: its description and `version`, the code it ran on); else, with `echo`, print what
-    results.json says and the end of the log."""
+    results.json says and the end of the log. A `resumed` run that ended without a result
+    ended by itself (a stop by the user or the machine never gets here): the app refused the
+    checkpoint or the run failed again, so the cell's STARTED record goes and its next run
+    starts afresh."""
     state = run_state(cell.run_dir)  # `flwr run` exits 0 also when the run failed
+    if resumed and not is_result(cell.run_dir):
+        (cell.run_dir / STARTED).unlink(missing_ok=True)
+        if echo:
+            print("    its stopped run was not continued to the end: the next run of the sweep "
+                  "starts this cell afresh", flush=True)
     if is_result(cell.run_dir):
         write_text_atomic(cell.run_dir / "sweep-cell.json", json.dumps(
             {**cell.description(), "code-version": version}, indent=2))

@@ -442,6 +442,95 @@ def test_one_cell_run_twice_on_one_thread_gives_the_same_numbers(tmp_path, capsy
     assert row["code-version"].startswith(runs[0]["code-version"]["commit"] or "files.")
 
 
+def test_a_stopped_cell_continues_from_its_checkpoint_as_if_never_stopped(tmp_path, capsys,
+                                                                          monkeypatch):
+    """A cell whose run stopped on an error in round 3 (checkpoint after round 2) continues
+    from its checkpoint when the sweep is run again, and ends as the same cell run without a
+    stop ends, bit for bit but the times (one thread, this machine: docs/results.md). A cell
+    starts afresh, its checkpoint removed first, when its resumed run stopped too, when its
+    record names other code, and when its run had no rounds left (and when its results.json
+    is gone: test_sweep_writes_the_table_and_plot_and_resumes)."""
+    import torch
+
+    import inprocess
+    from experiments.sweep import main
+
+    def grid(name):
+        return write(tmp_path / f"{name}.yaml", {
+            "out-dir": str(tmp_path / "out"), "federation-config": {"num-supernodes": 4},
+            "run-config": {"num-server-rounds": 4, "local-iterations": 2,
+                           "fraction-train": 0.5, "checkpoint-every": 2},
+            "seeds": [0], "methods": {"FedACG": {"method": "fedacg"}}})
+
+    def rounds(name):
+        results = json.loads((tmp_path / "out" / name / "runs" / "FedACG" / "seed-0"
+                              / "results.json").read_text())
+        return [{k: v for k, v in r.items() if not timing(k)} for r in results["rounds"]]
+
+    real = inprocess.InProcessGrid.send_and_receive
+
+    def stop_in_round_3(self, messages, *, timeout=None):
+        messages = list(messages)
+        if messages and messages[0].metadata.message_type == "train" and \
+                messages[0].content["config"]["server-round"] == 3:
+            raise RuntimeError("stopped in round 3")
+        return real(self, messages, timeout=timeout)
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        assert main([str(grid("whole")), "--in-process", "--quiet"]) == 0
+        with monkeypatch.context() as patch:
+            patch.setattr(inprocess.InProcessGrid, "send_and_receive", stop_in_round_3)
+            assert main([str(grid("stopped")), "--in-process", "--quiet"]) != 0
+        run_dir = tmp_path / "out" / "stopped" / "runs" / "FedACG" / "seed-0"
+        assert not (run_dir / "sweep-cell.json").exists()
+        assert len(rounds("stopped")) == 3  # rounds 0..2, then the stop
+        capsys.readouterr()
+        assert main([str(grid("stopped")), "--in-process"]) == 0
+        assert "continuing its stopped run from the checkpoint" in capsys.readouterr().out
+        assert rounds("stopped") == rounds("whole") and len(rounds("whole")) == 5
+
+        def run_stopped(name):  # the cell of `name`, stopped in round 3
+            with monkeypatch.context() as patch:
+                patch.setattr(inprocess.InProcessGrid, "send_and_receive", stop_in_round_3)
+                return main([str(grid(name)), "--in-process"])
+
+        def next_run(name):  # (resume, a checkpoint there?) as the next run starts the cell
+            seen = []
+            with monkeypatch.context() as patch:
+                patch.setattr(inprocess, "run_in_process", lambda rc, n: seen.append(
+                    (rc.get("resume", ""), (tmp_path / "out" / name / "runs" / "FedACG"
+                                            / "seed-0" / "checkpoint.pt").exists())))
+                main([str(grid(name)), "--in-process", "--quiet"])
+            return seen
+
+        # stopped again after its resume (the app refused the checkpoint, or the run failed
+        # again): the next run starts it afresh
+        assert run_stopped("twice") != 0 and run_stopped("twice") != 0
+        out = capsys.readouterr().out
+        assert "continuing its stopped run" in out and "starts this cell afresh" in out
+        assert next_run("twice") == [("", False)]
+        # stopped, then its record names other code: afresh, its checkpoint removed first
+        assert run_stopped("other") != 0
+        started_file = tmp_path / "out" / "other" / "runs" / "FedACG" / "seed-0" / \
+            "sweep-cell-started.json"
+        started = json.loads(started_file.read_text())
+        started["code-version"] = {"commit": "a" * 40, "dirty": False, "diff-sha256": None,
+                                   "files-sha256": None}
+        started_file.write_text(json.dumps(started))
+        assert next_run("other") == [("", False)]
+        # a run that did its last round but was not marked complete (its checkpoint at the
+        # last round: nothing to continue): afresh
+        results = json.loads((run_dir / "results.json").read_text())
+        results["status"], results["summary"]["complete"] = "running", False
+        (run_dir / "results.json").write_text(json.dumps(results))
+        (run_dir / "sweep-cell.json").unlink()
+        assert next_run("stopped") == [("", False)]
+    finally:
+        torch.set_num_threads(threads)
+
+
 def finish_cell(cell, accs, version=None, diverged=False):
     """A finished cell as a sweep leaves it: results.json with a row per accuracy (EMA as the
     run computes it); sweep-cell.json with the `code-version` given (none: an older sweep's)."""
