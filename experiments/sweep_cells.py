@@ -287,12 +287,13 @@ def finished(cell: Cell, echo: bool, version: dict[str, Any] | None = None,
     checkpoint or the run failed again, so the cell's STARTED record goes and its next run
     starts afresh."""
     state = run_state(cell.run_dir)  # `flwr run` exits 0 also when the run failed
-    if resumed and not is_result(cell.run_dir):
+    result = is_result(cell.run_dir)
+    if resumed and not result:
         (cell.run_dir / STARTED).unlink(missing_ok=True)
         if echo:
             print("    its stopped run was not continued to the end: the next run of the sweep "
                   "starts this cell afresh", flush=True)
-    if is_result(cell.run_dir):
+    if result:
         write_text_atomic(cell.run_dir / "sweep-cell.json", json.dumps(
             {**cell.description(), "code-version": version}, indent=2))
         if state["state"] != "complete" and echo:
