@@ -45,7 +45,8 @@ FIDELITY: tuple[tuple[str, str, str, tuple[tuple[str, str, str, str], ...]], ...
           "(v_0 = tau^2, no bias correction, eta 0.01, tau 1e-3, betas 0.9 / 0.99); FedAvgM: "
           "`ServerM`, momentum 0.4", "`fedacg` lambda 0.85; `fedadam-fedacg`; `fedavgm` lambda "
           "0.85", "FedAvgM: the paper picks its beta from {0.4, 0.6, 0.8} and does not say which; "
-          "the code's config has 0.4 (run `lam=0.4` for it)"),
+          "the code's config has 0.4 (run `lam=0.4` for it, as the Fashion-MNIST sweeps of "
+          "[FedACG's protocol](fedacg-fmnist.md) do)"),
          ("method knobs", "proximal weight 1e-3 on `sum ||w - phi||^2` (beta = 0.002 in the "
           "beta/2 form) for FedACG and FedProx; FedLC tau 1 (CE weight 0); FedNTD 0.3, T 1; "
           "FedDecorr 0.01; FedDyn alpha 0.1; FedMLB weights 1, 1, T 1",

@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +16,7 @@ from reporting.cells import CellsError
 from reporting.curves import curves_csv, read_curves_csv
 
 COMMIT = "c" * 40
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def finish(cell, accs: list[float], wall: float = 60.0, commit: str = COMMIT,
@@ -418,3 +420,21 @@ def test_done_in_reads_the_names_from_any_version_of_the_csvs_columns(tmp_path):
         path.write_text(text)
         with pytest.raises(CellsError, match=says):
             cell_names_csv(path)
+
+
+@pytest.mark.parametrize("sweep_file", ["fedacg-t1-fmnist", "fedacg-t1-fmnist-cnn",
+                                        "fedagm-t6-fmnist"])
+def test_the_fedacg_protocol_pages_run_each_server_at_its_papers_momentum(sweep_file, tmp_path):
+    """Server momentum of the rows of docs/fedacg-fmnist.md, resolved as the cells run: FedAvgM
+    0.4 (FedACG's code, configs/server/FedAvgM.yaml; its paper's grid {0.4, 0.6, 0.8}), not the
+    fedavgm preset's 0.85; FedACG 0.85 (its paper); FedAGM 0.9 (its paper); FedAvg none."""
+    from experiments.sweep import load_sweep
+    from run_config import resolve
+
+    sweep = load_sweep(ROOT / "sweeps" / f"{sweep_file}.yaml", out_dir=tmp_path)
+    expected = {"FedAvgM": 0.4, "FedACG": 0.85, "FedAGM": 0.9, "FedAvg": 0.0}
+    seen = {}
+    for cell in sweep.cells:
+        if cell.method in expected:
+            seen[cell.method] = resolve(cell.run_config)["lam"]
+    assert "FedAvgM" in seen and seen == {m: expected[m] for m in seen}
