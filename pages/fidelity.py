@@ -25,10 +25,12 @@ FIDELITY: tuple[tuple[str, str, str, tuple[tuple[str, str, str, str], ...]], ...
          ("optimizer", "SGD, lr 0.1, no momentum, weight decay 1e-3, gradient norm clipped at 10 "
           "(after unscaling)", "`lr` 0.1, `local-momentum` 0, `weight-decay` 1e-3, `grad-clip` 10",
           ""),
-         ("lr schedule", "`local_lr * local_lr_decay^round` (0.995 in `exp_fedacg.sh`; the "
-          "config's default 0.998), times `local_lr_decay^epoch` within the round (a `LambdaLR` "
-          "stepped after every local epoch)", "`lr-decay` 0.995 (Tiny-ImageNet 0.998) and "
-          "`lr-epoch-decay` equal to it", ""),
+         ("lr schedule", "`local_lr * local_lr_decay^round`, times `local_lr_decay^epoch` "
+          "within the round (a `LambdaLR` stepped after every local epoch); `local_lr_decay` "
+          "0.995 in the README's FedACG commands, the config's default 0.998 in its baselines' "
+          "(which pass none)", "`lr-decay` and `lr-epoch-decay` 0.995 for the rows with FedACG's "
+          "server (`row-config`), 0.998 for the others (Tiny-ImageNet: 0.998 for every row)",
+          "Tiny-ImageNet: the README's FedACG commands pass 0.995, the set-ups keep 0.998"),
          ("precision", "`use_amp: True`: fp16 autocast and a GradScaler (a step whose gradients "
           "overflow is skipped)", "`precision` auto: the same on a GPU, fp32 on the CPU",
           "on a CPU the set-ups train in fp32 (fp16 autocast is a GPU feature); the code adds "
