@@ -77,9 +77,10 @@ FIDELITY: tuple[tuple[str, str, str, tuple[tuple[str, str, str, str], ...]], ...
     ("FedAGM, Tables 6 to 9", "`fedagm-*`",
      "none: FedAGM's own code is not among the codes read for this table", (
          ("every element", "not checked", "FedAGM's Sec. 5.1 (see the set-up notes); "
-          "`precision` fp32, `lr-epoch-decay` 1, FedAdam row Flower's `fedadam`",
-          "FedAGM's FedAdam numbers equal FedACG's in several cells, so the same authors' "
-          "`ServerAdam` is likely: `method='fedadam-fedacg'` runs it"),
+          "`precision` fp32, `lr-epoch-decay` 1, FedAdam row `fedadam-fedacg`",
+          "FedAdam: FedAGM's Table 2 reports FedACG's FedAdam numbers in its CIFAR-100 and "
+          "Tiny-ImageNet columns (the same runs), so the row runs the same authors' "
+          "`ServerAdam` (`fedadam-fedacg`), not Flower's `fedadam`"),
      )),
     ("GC-Fed, Tables 5 and 6 (and Table 7's sweep)",
      "`gcfed-t5-*`, `gcfed-t6-*`, `sweeps/gcfed-t7.yaml`", "thejungwon/GC-Fed", (

@@ -267,6 +267,8 @@ def test_setups_carry_the_authors_code_values():
             assert cfg["init"] == ("kaiming" if cfg["model"] == "mlp-gcfed" else "default")
             assert not cfg["pad-to-full-batches"]
         else:  # FedAGM's code is not among the codes read: unchanged
+            # but its FedAdam row is FedACG's (the same numbers in FedAGM's Table 2)
+            assert "fedadam" not in rows and "fedadam-fedacg" in rows, name
             assert (cfg["precision"], cfg["lr-epoch-decay"], cfg["init"]) == (
                 "fp32", 1.0, "kaiming" if cfg["model"] == "mlp-gcfed" else "default"), name
     assert resolve({"setup": "fedacg-t1a-tiny-imagenet"})["lr-epoch-decay"] == 0.998
