@@ -12,8 +12,9 @@ of your own (it must run on this machine: the sweep reads the run folders it wri
 With `backend: in-process` (or `--in-process`) each cell instead runs the real ServerApp and
 ClientApp in this process through an in-memory grid (`inprocess`): same apps, same
 maths, same run folder, no SuperLink, no Ray, no message serialization.
-A cell whose run folder holds a complete results.json made from the same cell description is
-skipped, so a stopped sweep resumes where it was. The sweep file format is in docs/results.md
+A cell whose run folder holds a complete results.json made from the same cell description,
+resolved to the same config (a set-up file or preset changed since runs it again), is skipped,
+so a stopped sweep resumes where it was. The sweep file format is in docs/results.md
 ("Sweeps"); `SWEEP_KEYS` lists its keys. The sweep file and the config files it names are read
 bounded and without YAML aliases, every key's type is checked before anything runs, and the
 names of the sweep, its methods and settings become folder names only through `slug` (no '..',

@@ -104,16 +104,73 @@ def cell_version(cell: Cell) -> str:
 
 
 def is_done(cell: Cell) -> bool:
-    """A result (`is_result`) made from this very cell description, in folders that are the
-    sweep's own (`trusted_cell`). The code it ran on does not matter here: the table refuses
-    cells of different code (experiments.sweep_report)."""
+    """A result (`is_result`) made from this very cell description and resolved as this code
+    resolves it (`config_changes`), in folders that are the sweep's own (`trusted_cell`). The
+    code it ran on does not matter here: the table refuses cells of different code
+    (experiments.sweep_report)."""
     if not trusted_cell(cell) or not is_result(cell.run_dir):
         return False
+    return not_current(cell, results_of(cell.run_dir)) is None
+
+
+def not_current(cell: Cell, results: dict[str, Any] | None) -> str | None:
+    """Why the cell's finished run (`results`) is not this cell as the sweep file and this code
+    make it; None when it is."""
     record = made_from(cell)
     if record is None:
-        return False
+        return "its sweep-cell.json is missing or unreadable"
     record = {k: v for k, v in record.items() if k != "code-version"}
-    return record == json.loads(json.dumps(cell.description()))
+    if record != json.loads(json.dumps(cell.description())):
+        return "it was run from another cell description (the sweep file changed)"
+    changes = config_changes(cell, results)
+    if changes:
+        return "its config resolves differently now: " + "; ".join(changes[:4]) + (
+            f"; ... ({len(changes)} in all)" if len(changes) > 4 else "")
+    return None
+
+
+_stale: set[str] = set()  # the cell folders already named in a warning
+
+
+def finished_cells(sweep: Sweep) -> list[tuple[Cell, dict[str, Any]]]:
+    """(cell, its results) of each cell that is done (`is_done`), in the sweep's order. A cell
+    whose folder holds a result of another description or config (`not_current`) is left out,
+    with a warning naming it and why, once per process: the sweep runs it again."""
+    out = []
+    for cell in sweep.cells:
+        if not trusted_cell(cell) or not is_result(cell.run_dir):
+            continue
+        results = results_of(cell.run_dir)
+        why = not_current(cell, results) if results else "its results.json is unreadable"
+        if why is None:
+            out.append((cell, results))
+        elif str(cell.run_dir) not in _stale:
+            _stale.add(str(cell.run_dir))
+            print(f"warning: {cell_name(cell)} is left out of the table: {why}; the "
+                  "sweep runs it again", file=sys.stderr, flush=True)
+    return out
+
+
+def config_changes(cell: Cell, results: dict[str, Any] | None) -> list[str]:
+    """What this code would run differently from the cell's finished run (`results`, its
+    results.json): each key that changes the maths or the sampling (run_config.run_differences)
+    and the number of rounds, where the config this code resolves from the cell's run config
+    differs from the one the run was made from. A set-up file or a method's preset changed
+    since the run leaves its description as it was, and shows here. Empty when none."""
+    from run_config import ConfigError, resolve, run_differences
+
+    saved = (results or {}).get("config")
+    if not isinstance(saved, dict):
+        return ["its results.json holds no config"]
+    try:
+        now = resolve(cell.run_config)
+    except ConfigError as err:
+        return [f"its run config no longer resolves ({err})"]
+    changes = run_differences(saved, now)
+    if saved.get("num-server-rounds") != now["num-server-rounds"]:
+        changes.append(f"'num-server-rounds' = {now['num-server-rounds']} "
+                       f"(the run's: {saved.get('num-server-rounds')!r})")
+    return changes
 
 
 def sweep_folder(sweep: Sweep, *names: str, make: bool = True) -> Path:

@@ -15,7 +15,7 @@ from reporting.plots import plot_ema_curves
 from reporting.table import MethodRuns, comparison
 from run_config import acc_at_rounds, resolve, target_accs
 
-from .sweep_cells import cell_version, is_result, results_of, sweep_folder, trusted_cell
+from .sweep_cells import cell_version, finished_cells, sweep_folder
 from .sweep_file import Sweep, SweepError, slug
 
 
@@ -39,11 +39,10 @@ MIXED_FIX = ("Run the cells of the other version(s) again on one code (python -m
 
 def write_report(sweep: Sweep, mixed_versions: bool = False) -> Report:
     """table.md, table.csv, cells.csv, ema*.png and acc*.png in the sweep folder, from the
-    finished cells (`is_result`) whose folders are the sweep's own (`trusted_cell`);
-    SweepError naming the versions and cells when they ran on different code, unless
-    `mixed_versions`."""
-    done = [(c, results_of(c.run_dir)) for c in sweep.cells if trusted_cell(c)]
-    done = [(c, r) for c, r in done if r and is_result(c.run_dir)]
+    finished cells (`finished_cells`: results made from the cell as the sweep file and this
+    code make it, in folders that are the sweep's own); SweepError naming the versions and
+    cells when they ran on different code, unless `mixed_versions`."""
+    done = finished_cells(sweep)
     if not done:
         raise SweepError(f"no finished cell in {sweep.dir}: nothing to tabulate")
     first_cfg = resolve(done[0][0].run_config)  # (the cell's own config: checked at load)

@@ -171,22 +171,19 @@ class SweepPage:
     def _from_runs(self, sweep) -> tuple[list, dict]:
         """(reporting.cells' cells, {name: (rounds, test accuracies)}) of the sweep's finished
         cells; it (re)writes the sweep's own table."""
-        from experiments.sweep_cells import is_result, results_of, trusted_cell
+        from experiments.sweep_cells import finished_cells
         from experiments.sweep_report import write_report
         from reporting.metrics import curve
 
-        done = [c for c in sweep.cells if trusted_cell(c) and is_result(c.run_dir)]
+        done = finished_cells(sweep)
         if not done:
             return [], {}
         try:
             report = write_report(sweep, mixed_versions=True)  # (versions: checked after merge)
         except ValueError as err:  # (SweepError)
             raise PageError(str(err)) from None
-        curves = {}
-        for cell in done:
-            results = results_of(cell.run_dir)
-            if results:
-                curves[_name(cell)] = curve(results.get("rounds", []), "test-acc")
+        curves = {_name(cell): curve(results.get("rounds", []), "test-acc")
+                  for cell, results in done}
         return report.cells, curves
 
     def _from_csv(self, sweep, path: Path) -> tuple[list, dict]:

@@ -8,7 +8,7 @@ from .errors import ConfigError
 from .presets import FLOWER_BASELINES, PRESETS
 from .coerce import coerce
 from .resolve import (acc_at_rounds, node_data_mismatch, resolve, resolve_client,
-                      resolve_strategy, target_accs)
+                      resolve_strategy, run_differences, target_accs)
 from .schema import KEYS, KEYS_BY_NAME, METHODS, PRESET, REMOVED_KEYS, Key
 from .setups import SetupError, load_setup, setup_command, setup_names
 
@@ -16,5 +16,5 @@ __all__ = [
     "ConfigError", "FLOWER_BASELINES", "KEYS", "KEYS_BY_NAME", "Key", "METHODS", "PRESET",
     "PRESETS", "REMOVED_KEYS", "SetupError", "acc_at_rounds", "coerce", "load_setup",
     "node_data_mismatch", "resolve", "resolve_client", "resolve_strategy", "setup_command",
-    "setup_names", "target_accs",
+    "run_differences", "setup_names", "target_accs",
 ]

@@ -42,6 +42,18 @@ def resolve(run_config: Mapping[str, Any]) -> dict[str, Any]:
 
 
 
+def run_differences(saved: Mapping[str, Any], cfg: Mapping[str, Any],
+                    theirs: str = "the run's") -> list[str]:
+    """Each key whose value in the resolved config `cfg` differs from the config a run was made
+    from (`saved`, its config.json), as "'key' = value (<theirs>: value)": the keys that change
+    the maths or the sampling, every key not marked `resume_may_differ`. A key newer than
+    `saved` counts as its value under `saved`'s method, or its default."""
+    preset = PRESETS[saved["method"]] if saved.get("method") in PRESETS else {}
+    was = {k.name: saved.get(k.name, preset.get(k.name, k.default)) for k in KEYS}
+    return [f"'{k.name}' = {cfg[k.name]!r} ({theirs}: {was[k.name]!r})"
+            for k in KEYS if not k.resume_may_differ and was[k.name] != cfg[k.name]]
+
+
 def resolve_strategy(settings: Mapping[str, Any]) -> dict[str, Any]:
     """A named strategy's settings (strategies/named.py: `FedACG(lam=0.5)`, `Method(...)`),
     typed and checked as a run config's are, by the same keys: `method` and the keys the schema

@@ -41,7 +41,7 @@ from fileio.atomic import without_checksum, write_torch_checksummed
 from fileio.folders import trusted_folder
 from fileio.reading import memory_bytes, read_bounded
 from reporting.results_file import read_results, rows_problem
-from run_config import KEYS, KEYS_BY_NAME, PRESETS, REMOVED_KEYS, ConfigError
+from run_config import KEYS_BY_NAME, REMOVED_KEYS, ConfigError, run_differences
 
 CHECKPOINT_NAME = "checkpoint.pt"
 CHECKPOINT_FORMAT = 1
@@ -249,14 +249,8 @@ def check_resumable(saved: dict[str, Any], cfg: dict[str, Any], done_round: int)
     Keys marked `resume_may_differ` in the schema (rounds, timeouts, output, device) may change;
     every other key changes the maths or the sampling and must be equal.
     """
-    preset = PRESETS[saved["method"]] if saved.get("method") in PRESETS else {}
-    # a key newer than the checkpoint counts as its value under the checkpoint's method, or its
-    # default (e.g. `server-rule`, added with the methods registry)
-    was = {k.name: saved.get(k.name, preset.get(k.name, k.default)) for k in KEYS}
-    conflicts = [
-        f"'{k.name}' = {cfg[k.name]!r} (checkpoint: {was[k.name]!r})"
-        for k in KEYS if not k.resume_may_differ and was[k.name] != cfg[k.name]
-    ]
+    # (a key newer than the checkpoint, e.g. `server-rule`: its value under the saved method)
+    conflicts = run_differences(saved, cfg, "checkpoint")
     if conflicts:
         raise ConfigError(
             "run config conflicts with the checkpoint's, so the resumed run would not be the "

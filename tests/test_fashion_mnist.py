@@ -301,7 +301,7 @@ def test_the_results_page_puts_the_papers_emnist_column_beside_each_row(tmp_path
             {"round": r, "test-acc": acc + (0.01 if r == 200 else 0), "ema-acc": acc,
              "seconds": 1.0} for r in range(1, 201)]
         (cell.run_dir / "results.json").write_text(json.dumps({
-            "config": cell.run_config | {"num-server-rounds": 200}, "status": "complete",
+            "config": resolve(cell.run_config), "status": "complete",  # (as a run's)
             "summary": {"complete": True, "wall-seconds": 1800.0}, "rounds": rows}))
         (cell.run_dir / "sweep-cell.json").write_text(json.dumps(cell.description()))
     docs = tmp_path / "docs"
@@ -392,7 +392,7 @@ def test_the_page_command_writes_the_cells_csv_and_builds_the_same_table_from_it
     rows = [{"round": 0, "test-acc": 0.1}] + [
         {"round": r, "test-acc": 0.6, "ema-acc": 0.6, "seconds": 1.0} for r in range(1, 201)]
     (cell.run_dir / "results.json").write_text(json.dumps({
-        "config": cell.run_config, "status": "complete", "rounds": rows,
+        "config": resolve(cell.run_config), "status": "complete", "rounds": rows,
         "summary": {"complete": True, "wall-seconds": 360.0}}))
     (cell.run_dir / "sweep-cell.json").write_text(json.dumps(
         cell.description() | {"code-version": {"commit": "c" * 40, "dirty": False}}))

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from experiments.sweep import SweepError, cells_to_run, load_sweep
+from run_config import resolve
 from test_reporting import assert_plot
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -540,7 +541,8 @@ def finish_cell(cell, accs, version=None, diverged=False):
         ema = acc if ema is None else 0.9 * ema + 0.1 * acc
         rows.append({"round": r, "test-acc": acc, "ema-acc": ema, "seconds": 1.0,
                      "bytes-down-total": 1000 * r, "bytes-up-total": 500 * r})
-    results = {"config": cell.run_config, "status": "failed" if diverged else "complete",
+    results = {"config": resolve(cell.run_config),  # (resolved, as a run's)
+               "status": "failed" if diverged else "complete",
                "failure": "diverged" if diverged else None,
                "summary": {"complete": not diverged, "wall-seconds": 60.0}, "rounds": rows}
     (cell.run_dir / "results.json").write_text(json.dumps(results))
@@ -632,3 +634,43 @@ def test_the_table_built_from_cells_csv_is_the_table_built_from_the_run_folders(
     assert seed0["rounds-to-acc"] == {"35": 4, "95": "12+"}
     assert [c["summary"]["diverged"] for c in cells] == [False, False, False, True]
     assert "| Fed &lt;b&gt;\\|x |" in md  # (the name as text: markdown's escapes)
+
+
+def test_a_cell_whose_setup_changed_since_it_ran_runs_again_and_leaves_the_table(
+        tmp_path, capsys):
+    """A cell's description names its set-up, not the set-up's values: when the set-up file
+    changes after a cell finished (here: a row-config gives FedAvgM another lr), the config
+    its run was made from (results.json) is not the one the cell resolves to now, so the cell
+    is not done, the sweep lists it to run, and the table leaves it out, naming it and the key
+    that changed. The unchanged row stays done."""
+    from experiments.sweep import write_report
+    from run_config import load_setup
+
+    setup = tmp_path / "mine.yaml"
+    head = ("paper: a test\nmethod: fedavg\nfederation: {num-supernodes: 4}\n"
+            "run-config: {lr: 0.1, num-server-rounds: 3}\n")
+    tail = "reported: {metric: m, columns: [acc], rows: {fedavg: [1.0]}}\n"
+    setup.write_text(head + tail)
+    grid = write(tmp_path / "grid.yaml", {
+        "out-dir": str(tmp_path / "out"), "seeds": [0],
+        "settings": {"s": {"setup": str(setup), "federation-config": {"num-supernodes": 4}}},
+        "methods": {"FedAvg": {"method": "fedavg"}, "FedAvgM": {"method": "fedavgm"}}})
+    load_setup.cache_clear()
+    sweep = load_sweep(grid)
+    for cell in sweep.cells:
+        finish_cell(cell, [0.5, 0.6, 0.7], version=commit("a"))
+    assert cells_to_run(sweep) == []
+    assert len(write_report(sweep).cells) == 2
+
+    setup.write_text(head + "row-config: {fedavgm: {lr: 0.05}}\n" + tail)
+    load_setup.cache_clear()
+    try:
+        sweep = load_sweep(grid)
+        assert [(c.method, c.seed) for c in cells_to_run(sweep)] == [("FedAvgM", 0)]
+        capsys.readouterr()
+        assert [c["method"] for c in write_report(sweep).cells] == ["FedAvg"]
+        err = capsys.readouterr().err
+        assert "s/FedAvgM/0 is left out of the table" in err
+        assert "'lr' = 0.05 (the run's: 0.1)" in err
+    finally:
+        load_setup.cache_clear()

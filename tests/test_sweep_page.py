@@ -28,8 +28,10 @@ def finish(cell, accs: list[float], wall: float = 60.0, commit: str = COMMIT,
         ema = acc if ema is None else 0.9 * ema + 0.1 * acc
         rows.append({"round": r, "test-acc": acc, "ema-acc": ema, "seconds": 1.0})
     cell.run_dir.mkdir(parents=True, exist_ok=True)
-    (cell.run_dir / "results.json").write_text(json.dumps({
-        "config": cell.run_config, "status": "failed" if diverged else "complete",
+    from run_config import resolve
+
+    (cell.run_dir / "results.json").write_text(json.dumps({  # (the config: resolved, as a run's)
+        "config": resolve(cell.run_config), "status": "failed" if diverged else "complete",
         **({"failure": "diverged"} if diverged else {}),
         "summary": {"complete": not diverged, "wall-seconds": wall}, "rounds": rows}))
     (cell.run_dir / "sweep-cell.json").write_text(json.dumps(
