@@ -140,8 +140,10 @@ def finish(cell, acc: float = 0.99, wall: float = 3600.0, **row) -> None:
     cell.run_dir.mkdir(parents=True, exist_ok=True)
     rows = [{"round": 0, "test-acc": 0.1},
             {"round": 1, "test-acc": acc, "ema-acc": acc, "seconds": 1.0, **row}]
+    from run_config import resolve
+
     (cell.run_dir / "results.json").write_text(json.dumps({
-        "config": {"num-server-rounds": 1}, "status": "complete",
+        "config": resolve(cell.run_config), "status": "complete",  # (resolved, as a run's)
         "summary": {"complete": True, "wall-seconds": wall}, "rounds": rows}))
     (cell.run_dir / "sweep-cell.json").write_text(json.dumps(cell.description()))
 
