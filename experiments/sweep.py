@@ -39,8 +39,8 @@ from pathlib import Path
 from reporting.cells import CellsError, cell_names_csv
 from reporting.code_version import APP_ROOT, code_version, short_label, version_label
 
-from .sweep_cells import (cell_name, cell_version, cells_to_run, command, is_done, is_result,
-                          num_nodes_of, run_sweep, start_cell, sweep_folder)
+from .sweep_cells import (cell_name, cell_version, cells_to_run, command, finished_cells,
+                          is_done, is_result, num_nodes_of, run_sweep, start_cell, sweep_folder)
 from .sweep_file import MAX_CELLS, SWEEP_KEYS, SweepError, load_sweep, slug
 from .sweep_report import write_report
 
@@ -148,6 +148,7 @@ def _skip_done(sweep, path: Path, mixed_versions: bool) -> str | None:
 
 def _go(sweep, args) -> int:
     """The listing, the runs and the table, on a sweep whose folders were checked."""
+    finished_cells(sweep)  # (a warning for each cell whose result is stale: it runs again)
     if args.dry_run:
         for cell in sweep.cells:
             done = is_done(cell)

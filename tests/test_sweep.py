@@ -643,7 +643,7 @@ def test_a_cell_whose_setup_changed_since_it_ran_runs_again_and_leaves_the_table
     its run was made from (results.json) is not the one the cell resolves to now, so the cell
     is not done, the sweep lists it to run, and the table leaves it out, naming it and the key
     that changed. The unchanged row stays done."""
-    from experiments.sweep import write_report
+    from experiments.sweep import main, write_report
     from run_config import load_setup
 
     setup = tmp_path / "mine.yaml"
@@ -668,9 +668,11 @@ def test_a_cell_whose_setup_changed_since_it_ran_runs_again_and_leaves_the_table
         sweep = load_sweep(grid)
         assert [(c.method, c.seed) for c in cells_to_run(sweep)] == [("FedAvgM", 0)]
         capsys.readouterr()
-        assert [c["method"] for c in write_report(sweep).cells] == ["FedAvg"]
-        err = capsys.readouterr().err
+        assert main([str(grid), "--dry-run"]) == 0  # (warned once, by the first to look)
+        out, err = capsys.readouterr()
+        assert "done    s | FedAvg | seed 0" in out and "to run  s | FedAvgM | seed 0" in out
         assert "s/FedAvgM/0 is left out of the table" in err
         assert "'lr' = 0.05 (the run's: 0.1)" in err
+        assert [c["method"] for c in write_report(sweep).cells] == ["FedAvg"]
     finally:
         load_setup.cache_clear()
