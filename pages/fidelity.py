@@ -85,8 +85,10 @@ FIDELITY: tuple[tuple[str, str, str, tuple[tuple[str, str, str, str], ...]], ...
     ("GC-Fed, Tables 5 and 6 (and Table 7's sweep)",
      "`gcfed-t5-*`, `gcfed-t6-*`, `sweeps/gcfed-t7.yaml`", "thejungwon/GC-Fed", (
          ("split", "FedLab's Dirichlet partitioners (`balance=None`, `min_require_size=1`; "
-          "EMNIST: `MNISTPartitioner`, `noniid-labeldir`)", "`lda`, `lda-self-balancing`, "
-          "`lda-min-size` 1 (EMNIST 10)", "the same rule, another draw (FedLab's generator)"),
+          "EMNIST: `EMNISTPartitioner`, an `MNISTPartitioner` with 62 classes, "
+          "`noniid-labeldir`, no `min_require_size`: FedLab then takes the class count, 62)",
+          "`lda`, `lda-self-balancing`, `lda-min-size` 1 (EMNIST 62)",
+          "the same rule, another draw (FedLab's generator)"),
          ("padding", "`DatasetSubset._balance_dataset`: every client's data padded to a multiple "
           "of the batch size with copies of its first examples", "`pad-to-full-batches` true",
           ""),
