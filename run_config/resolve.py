@@ -41,7 +41,6 @@ def resolve(run_config: Mapping[str, Any]) -> dict[str, Any]:
     return cfg
 
 
-
 def run_differences(saved: Mapping[str, Any], cfg: Mapping[str, Any],
                     theirs: str = "the run's") -> list[str]:
     """Each key whose value in the resolved config `cfg` differs from the config a run was made
