@@ -29,8 +29,7 @@ FIDELITY: tuple[tuple[str, str, str, tuple[tuple[str, str, str, str], ...]], ...
           "within the round (a `LambdaLR` stepped after every local epoch); `local_lr_decay` "
           "0.995 in the README's FedACG commands, the config's default 0.998 in its baselines' "
           "(which pass none)", "`lr-decay` and `lr-epoch-decay` 0.995 for the rows with FedACG's "
-          "server (`row-config`), 0.998 for the others (Tiny-ImageNet: 0.998 for every row)",
-          "Tiny-ImageNet: the README's FedACG commands pass 0.995, the set-ups keep 0.998"),
+          "server (`row-config`), 0.998 for the others (CIFAR and Tiny-ImageNet alike)", ""),
          ("precision", "`use_amp: True`: fp16 autocast and a GradScaler (a step whose gradients "
           "overflow is skipped)", "`precision` auto: the same on a GPU, fp32 on the CPU",
           "on a CPU the set-ups train in fp32 (fp16 autocast is a GPU feature); the code adds "

@@ -66,12 +66,12 @@ def test_fashion_mnist_protocols_of_fedacg_and_fedagm(name, clients, per_round, 
 
 
 @pytest.mark.parametrize("name", [n for n in setup_names() if n.startswith(
-    ("fedacg-t1a-cifar", "fedacg-t1b-cifar", "fedacg-t1a-fmnist", "fedacg-t1b-fmnist",
-     "fedacg-t2-", "fedacg-t6-"))])
+    ("fedacg-t1a-", "fedacg-t1b-", "fedacg-t2-", "fedacg-t6-"))])
 def test_fedacgs_setups_decay_each_rows_lr_as_its_code_runs_it(name):
     """FedACG's code decays the lr a round and a local epoch by `trainer.local_lr_decay`: its
     README passes 0.995 to the FedACG commands and nothing to the baselines', which keep the
-    default 0.998 (configs/trainer/base.yaml). Written here by hand, row by row."""
+    default 0.998 (configs/trainer/base.yaml); its Tiny-ImageNet scripts pass 0.995 as well.
+    Written here by hand, row by row."""
     for method, decay in (("fedacg", 0.995), ("fedacg+gcfed", 0.995), ("fedacg+fedpaq", 0.995),
                           ("fedavg", 0.998), ("fedprox", 0.998), ("fedavgm", 0.998),
                           ("fedadam-fedacg", 0.998), ("feddyn-fedacg", 0.998), ("moon", 0.998),
@@ -271,7 +271,6 @@ def test_setups_carry_the_authors_code_values():
             assert "fedadam" not in rows and "fedadam-fedacg" in rows, name
             assert (cfg["precision"], cfg["lr-epoch-decay"], cfg["init"]) == (
                 "fp32", 1.0, "kaiming" if cfg["model"] == "mlp-gcfed" else "default"), name
-    assert resolve({"setup": "fedacg-t1a-tiny-imagenet"})["lr-epoch-decay"] == 0.998
 
 
 def test_a_setup_with_the_new_options_runs_with_the_real_apps(tmp_path):
