@@ -37,6 +37,15 @@ MIXED_FIX = ("Run the cells of the other version(s) again on one code (python -m
              "--mixed-versions")
 
 
+def wall_seconds(results: dict, round_seconds: float) -> float | None:
+    """A finished run's ServerApp seconds: its summary's, but at least the sum of its rounds'
+    seconds (`round_seconds`). A run resumed from a checkpoint by code before the checkpoint
+    kept the time (2026-11-29) counted only its last process's seconds; its rounds' are then
+    the closer figure (a lower bound: the stopped processes' start-up is left out)."""
+    wall = (results.get("summary") or {}).get("wall-seconds")
+    return None if wall is None else max(wall, round_seconds)
+
+
 def write_report(sweep: Sweep, mixed_versions: bool = False) -> Report:
     """table.md, table.csv, cells.csv, ema*.png and acc*.png in the sweep folder, from the
     finished cells (`finished_cells`: results made from the cell as the sweep file and this
@@ -57,7 +66,7 @@ def write_report(sweep: Sweep, mixed_versions: bool = False) -> Report:
                               target_accs=targets,
                               total_rounds=resolve(cell.run_config)["num-server-rounds"])
         summary["diverged"] = results.get("status") != "complete"
-        summary["wall-seconds"] = (results.get("summary") or {}).get("wall-seconds")
+        summary["wall-seconds"] = wall_seconds(results, summary["train-seconds"])
         cells.append({"setting": cell.setting, "method": cell.method, "seed": cell.seed,
                       "summary": summary,
                       "code-version": cell_version(cell)})

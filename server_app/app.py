@@ -248,7 +248,7 @@ def run_rounds(cfg: dict, grid: MeteredGrid, model: torch.nn.Module, strategy,
     )
     if checkpoint is not None:  # (the config check refused rules that cannot resume)
         strategy.load_state_dict(checkpoint["strategy"])
-        recorder.restore(checkpoint["rows"])
+        recorder.restore(checkpoint["rows"], checkpoint.get("wall-seconds"))
         set_rng_state(checkpoint["rng"])
         run["first_round"] = checkpoint["round"] + 1
     every = cfg["checkpoint-every"]
@@ -260,7 +260,8 @@ def run_rounds(cfg: dict, grid: MeteredGrid, model: torch.nn.Module, strategy,
     def round_end(server_round: int, arrays: ArrayRecord) -> None:
         if every and (server_round % every == 0 or server_round == cfg["num-server-rounds"]):
             path = save_checkpoint(run_dir, server_round, cfg, strategy.state_dict(),
-                                   recorder.rows, run_uid=run_uid)
+                                   recorder.rows, run_uid=run_uid,
+                                   wall_seconds=recorder.wall_seconds())
             log(INFO, "Checkpoint of round %d: %s", server_round, path)
 
     return strategy.start(**run, round_end_fn=round_end)

@@ -15,6 +15,8 @@ an error instead of resuming from something else. Contents:
     rng             the process RNGs: Python `random`, NumPy, torch (CPU)
     rows            the results.json rows so far (round 0 .. round)
     run-uid         the run's own id (results.json's 'run-uid')
+    wall-seconds    the ServerApp's seconds up to this checkpoint, over every process of the
+                    run (a resume goes on counting from it; absent in older checkpoints)
 
 A checkpoint is read as a regular file only (never through a link), at most this machine's
 memory in size, and every field is checked for type and range before use
@@ -68,14 +70,17 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 def save_checkpoint(run_dir: Path, server_round: int, config: dict[str, Any],
                     strategy_state: dict[str, Any], rows: list[dict[str, Any]],
-                    run_uid: str | None = None) -> Path:
+                    run_uid: str | None = None, wall_seconds: float | None = None) -> Path:
     """Write `run_dir/checkpoint.pt` atomically; returns its path. `run_uid`: the run's own id
-    (results.json's 'run-uid'), which a resume holds against its folder's."""
+    (results.json's 'run-uid'), which a resume holds against its folder's; `wall_seconds`: the
+    run's ServerApp time so far, which a resume goes on from."""
     path = Path(run_dir) / CHECKPOINT_NAME
     payload = {"format": CHECKPOINT_FORMAT, "round": server_round, "config": dict(config),
                "strategy": strategy_state, "rng": rng_state(), "rows": [dict(r) for r in rows]}
     if run_uid is not None:
         payload["run-uid"] = run_uid
+    if wall_seconds is not None:
+        payload["wall-seconds"] = float(wall_seconds)
     write_torch_checksummed(path, CHECKSUM_PREFIX, payload)
     return path
 
@@ -134,7 +139,7 @@ def checkpoint_problem(ckpt: dict[str, Any]) -> str | None:
     """What makes a loaded checkpoint's fields unusable (None: nothing): the round a whole
     number in [0, num-server-rounds' largest value], the rows those of rounds up to it (a
     resumed run adds rows after it), the config and strategy state mappings, the RNG states of
-    the shapes `set_rng_state` takes, the run id a string."""
+    the shapes `set_rng_state` takes, the run id a string, the wall seconds a finite float >= 0."""
     number, high = ckpt["round"], KEYS_BY_NAME["num-server-rounds"].high
     if not isinstance(number, int) or isinstance(number, bool) or not 0 <= number <= high:
         return f"its round is {number!r}, not a whole number in [0, {high:g}]"
@@ -147,6 +152,9 @@ def checkpoint_problem(ckpt: dict[str, Any]) -> str | None:
         return f"its rows go on past its round {number}"
     if not isinstance(ckpt.get("run-uid", ""), str):
         return "its run id is not a string"
+    wall = ckpt.get("wall-seconds", 0.0)
+    if not isinstance(wall, float) or not 0.0 <= wall < float("inf"):
+        return f"its wall-seconds is {wall!r}, not a finite number of seconds >= 0"
     return _rng_problem(ckpt["rng"])
 
 

@@ -226,6 +226,7 @@ class RunRecorder:
         self.totals = {"bytes-down-total": 0, "bytes-up-total": 0}
         self.complete = False
         self.t_round = self.t_start = time.monotonic()
+        self.wall_before = 0.0  # a resumed run's seconds in the processes before this one
         self.round_seconds: list[float] = []  # of this process's rounds: the ETA
         # what mark_running wrote (status, Flower run ids, start time) stays in every save
         header = read_results(run_dir) or {}
@@ -252,9 +253,13 @@ class RunRecorder:
         """The strategy's round metrics (reply counts included) for this round's row."""
         self.last_train.update({k: v for k, v in metrics.items() if isinstance(v, (int, float))})
 
-    def restore(self, rows: list[dict[str, Any]]) -> None:
-        """Continue a resumed run: its rows so far, and the EMA and byte totals they end with."""
+    def restore(self, rows: list[dict[str, Any]], wall_seconds: float | None = None) -> None:
+        """Continue a resumed run: its rows so far, the EMA and byte totals they end with, and
+        the ServerApp seconds they took (`wall_seconds`, the checkpoint's; a checkpoint written
+        before it kept them: the sum of its rows' round seconds, the start-up left out)."""
         self.rows = [dict(r) for r in rows]
+        self.wall_before = (wall_seconds if wall_seconds is not None
+                            else sum(float(r.get("seconds", 0.0)) for r in self.rows))
         emas = [r["ema-acc"] for r in self.rows if "ema-acc" in r]
         self.ema = emas[-1] if emas else None
         for key in self.totals:
@@ -337,9 +342,14 @@ class RunRecorder:
         out = run_summary(self.rows, acc_at_rounds=acc_at_rounds(self.cfg),
                           target_accs=target_accs(self.cfg),
                           total_rounds=self.cfg["num-server-rounds"], metric=self.metric)
-        out["wall-seconds"] = time.monotonic() - self.t_start
+        out["wall-seconds"] = self.wall_seconds()
         out["complete"] = self.complete
         return out
+
+    def wall_seconds(self) -> float:
+        """The run's ServerApp seconds so far: this process's, and with a resumed run those of
+        the processes before it up to the checkpoint it resumed from."""
+        return self.wall_before + time.monotonic() - self.t_start
 
     def save(self) -> None:
         self.header["status"] = "complete" if self.complete else self.header["status"]

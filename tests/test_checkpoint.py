@@ -236,3 +236,51 @@ def test_a_checkpoint_naming_a_removed_key_resumes(tmp_path, reference):
     assert load_checkpoint(path)["round"] == 7
     saved = json.loads((tmp_path / "copy" / "run" / "config.json").read_text())
     assert "server-pass" not in saved
+
+
+def _resign(ckpt: dict, path) -> None:
+    """Write `ckpt` (as load_checkpoint returned it) to `path` as the app writes checkpoints."""
+    import io
+
+    from fileio.atomic import checksum_line
+    from server_app.checkpoint import CHECKSUM_PREFIX
+
+    buffer = io.BytesIO()
+    torch.save({k: v for k, v in ckpt.items() if k != "sha256"}, buffer)
+    data = buffer.getbuffer()
+    path.write_bytes(checksum_line(CHECKSUM_PREFIX, data) + bytes(data))
+
+
+@pytest.mark.parametrize("kept", [True, False])
+def test_a_resumed_runs_wall_seconds_count_the_stopped_processes(tmp_path, kept):
+    """The checkpoint keeps the run's ServerApp seconds so far and a resume goes on from them,
+    so the results' wall-seconds (the cells CSV's, a table's hours) is the whole run's, not its
+    last process's. A checkpoint from before it kept them stands for them with its rows' round
+    seconds. Both made large here, so the last process alone (well under 1,000 s) falls short."""
+    run(tmp_path, list(range(8)), crash_round=4)
+    path = tmp_path / "run" / "checkpoint.pt"
+    ckpt = load_checkpoint(path)
+    assert ckpt["round"] == 3 and ckpt["wall-seconds"] > 0
+    if kept:
+        ckpt["wall-seconds"] = 5000.0
+    else:  # as written before the field: the rows' seconds, 2000 + 3000 in rounds 1 and 2
+        del ckpt["wall-seconds"]
+        ckpt["rows"][1]["seconds"], ckpt["rows"][2]["seconds"] = 2000.0, 3000.0
+        ckpt["rows"][3]["seconds"] = 0.0
+    _resign(ckpt, path)
+    run(tmp_path, list(range(8)), resume="latest")
+    summary = json.loads((tmp_path / "run" / "results.json").read_text())["summary"]
+    assert summary["rounds"] == 6 and 5000.0 <= summary["wall-seconds"] < 6000.0
+    assert load_checkpoint(path)["wall-seconds"] == pytest.approx(summary["wall-seconds"],
+                                                                  abs=60)
+
+
+@pytest.mark.parametrize("wall", [-1.0, float("nan"), float("inf"), "10", 10])
+def test_a_checkpoints_wall_seconds_must_be_a_finite_float(tmp_path, reference, wall):
+    ref_dir, _ = reference
+    ckpt = load_checkpoint(ref_dir / "checkpoint.pt")
+    ckpt["wall-seconds"] = wall
+    path = tmp_path / "checkpoint.pt"
+    _resign(ckpt, path)
+    with pytest.raises(CheckpointError, match="its wall-seconds is"):
+        load_checkpoint(path)

@@ -676,3 +676,13 @@ def test_a_cell_whose_setup_changed_since_it_ran_runs_again_and_leaves_the_table
         assert [c["method"] for c in write_report(sweep).cells] == ["FedAvg"]
     finally:
         load_setup.cache_clear()
+
+
+def test_a_cells_wall_seconds_are_at_least_its_rounds_seconds():
+    """A run resumed by code that counted only its last process's seconds: its rounds' sum is
+    the closer figure (experiments.sweep_report.wall_seconds); otherwise the summary's."""
+    from experiments.sweep_report import wall_seconds
+
+    assert wall_seconds({"summary": {"wall-seconds": 375.0}}, 1762.5) == 1762.5
+    assert wall_seconds({"summary": {"wall-seconds": 1800.0}}, 1762.5) == 1800.0
+    assert wall_seconds({"summary": {}}, 1762.5) is None
