@@ -310,6 +310,44 @@ def test_fedcm_with_a_0_repeats_its_update():
         torch.testing.assert_close(later, updates[0])
 
 
+
+def test_fedcms_delta_carries_the_weight_decay_at_full_weight():
+    """The optimizer adds `wd w` after FedCM's mix, so one step's Delta is
+    a g + (1 - a) Delta + wd w (docs/baselines.md#fedcm: a steady state decays by wd / a), not
+    a (g + wd w) + (1 - a) Delta. One full-batch step, its gradient taken apart by autograd."""
+    from flwr.app import ArrayRecord
+
+    from client_app.client_step import LocalContext
+    from client_app.local_update import LocalConfig, local_update
+    from methods.fedcm import FedCMCorrection
+
+    torch.manual_seed(1)
+    model = torch.nn.Linear(3, 2)
+    x, y = torch.randn(20, 3), torch.randint(0, 2, (20,))
+    a, wd, lr = 0.1, 0.05, 0.1
+    rule = fedcm_rule(**{"lr-decay": 1.0})
+    rule.start(ArrayRecord(model.state_dict()))
+    state = rule.state_dict()
+    state["fedcm-delta"] = {k: torch.randn(v.shape) for k, v in rule.theta.items()}
+    rule.load_state_dict(state)
+    phi = {k: v.clone() for k, v in rule.theta.items()}
+    delta = {k: v.clone() for k, v in rule.delta.items()}
+    reference = torch.nn.Linear(3, 2)
+    reference.load_state_dict(phi)
+    torch.nn.functional.cross_entropy(reference(x), y).backward()
+    g = {"weight": reference.weight.grad, "bias": reference.bias.grad}
+    part = FedCMCorrection(FedCMCorrection.Settings(fedcm_alpha=a))
+    cfg = LocalConfig(lr=lr, local_iterations=1, batch_size=20, weight_decay=wd)
+    ctx = LocalContext(down={"fedcm-delta": rule.down_records(1)["fedcm-delta"]})
+    local_update(model, x, y, cfg, torch.Generator().manual_seed(0), parts=[part], ctx=ctx)
+    w = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    rule.aggregate(1, [(reply(1), w, 1)], phi, [{}])
+    for k in phi:
+        expected = (a * g[k].double() + (1 - a) * delta[k].double() + wd * phi[k].double())
+        torch.testing.assert_close(rule.delta[k].double(), expected, atol=1e-5, rtol=1e-5)
+        assert not torch.allclose(rule.delta[k].double(), expected - (1 - a) * wd
+                                  * phi[k].double(), atol=1e-3)
+
 # --- FedVARP -----------------------------------------------------------------------------------
 def test_varp_step_two_rounds_by_hand():
     table = UpdateTable(3, 1, limit_mb=1.0)
