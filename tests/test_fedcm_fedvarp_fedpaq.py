@@ -310,7 +310,6 @@ def test_fedcm_with_a_0_repeats_its_update():
         torch.testing.assert_close(later, updates[0])
 
 
-
 def test_fedcms_delta_carries_the_weight_decay_at_full_weight():
     """The optimizer adds `wd w` after FedCM's mix, so one step's Delta is
     a g + (1 - a) Delta + wd w (docs/baselines.md#fedcm: a steady state decays by wd / a), not
