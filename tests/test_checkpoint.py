@@ -217,20 +217,12 @@ def test_a_checkpoint_from_before_the_methods_registry_resumes():
 def test_a_checkpoint_naming_a_removed_key_resumes(tmp_path, reference):
     """A checkpoint written while `server-pass` was a key (run_config.schema.REMOVED_KEYS) holds
     it in its config: it is dropped when read, and the run resumes (no 'removed' error)."""
-    import io
-
-    from fileio.atomic import checksum_line
-    from server_app.checkpoint import CHECKSUM_PREFIX
-
     ref_dir, _ = reference
     old = load_checkpoint(ref_dir / "checkpoint.pt")
     old["config"]["server-pass"] = "auto"  # as that version saved it
     (tmp_path / "copy" / "run").mkdir(parents=True)
     path = tmp_path / "copy" / "run" / "checkpoint.pt"
-    buffer = io.BytesIO()
-    torch.save(old, buffer)
-    data = buffer.getbuffer()
-    path.write_bytes(checksum_line(CHECKSUM_PREFIX, data) + bytes(data))
+    _resign(old, path)
     assert "server-pass" not in load_checkpoint(path)["config"]
     run(tmp_path, list(range(8)), resume=str(path), **{"num-server-rounds": 7})
     assert load_checkpoint(path)["round"] == 7
