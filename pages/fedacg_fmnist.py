@@ -33,16 +33,16 @@ def paper_cell(row: list | None) -> str:
 def explain(rounds: list[int]) -> str:
     at = ", ".join(f"{r}" for r in rounds)
     return ("Last 10R: the mean test accuracy of the last 10 rounds, the number one rerun of a "
-            "cell can be compared with; Final acc.: the test accuracy of the last round (500), "
-            f"mean ± std over the seeds; Acc. at {at}R: its EMA (0.9), the paper's measure; "
-            "rounds to X%: the first round whose EMA reaches X, `T+` if none did. The paper's "
-            "column: its CIFAR-10 table (ResNet-18-GN, 1,000 rounds), EMA at rounds 500 and "
-            "1,000, for comparison only: another dataset and model.")
+            "cell can be compared with; Final acc.: the test accuracy of the last round "
+            f"({rounds[-1]}), mean ± std over the seeds; Acc. at {at}R: its EMA (0.9), the paper's "
+            "measure; rounds to X%: the first round whose EMA reaches X, `T+` if none did. The "
+            "paper's column: its CIFAR-10 table (ResNet-18-GN, 1,000 rounds), EMA at rounds 500 "
+            "and 1,000, for comparison only: another dataset and model.")
 
 
 def paper_orderings(sweep, cells: list, docs: Path) -> str:
     """Per setting, which of the paper's orderings of its own method against each other row
-    (by the EMA at round 500, the paper's and ours; our cells run 500 rounds) hold on each seed
+    (by the paper's EMA at round 500 and ours at the cells' last round) hold on each seed
     (`reporting.orderings`)."""
     from reporting.orderings import orderings, orderings_table
     from reporting.table import md_text
@@ -55,7 +55,7 @@ def paper_orderings(sweep, cells: list, docs: Path) -> str:
         setup = load_setup(mine[0].run_config["setup"])
         reported = setup["reported"]["rows"]
         method_of = {c.method: c.run_config["method"] for c in mine}
-        paper = {name: float(reported[m][0])  # its EMA at round 500, where our cells end
+        paper = {name: float(reported[m][0])  # its EMA at round 500
                  for name, m in method_of.items() if m in reported}
         own = next((n for n, m in method_of.items() if m == setup["method"]), None)
         if own is None or not any(c["setting"] == setting for c in cells):

@@ -440,3 +440,17 @@ def test_the_fedacg_protocol_pages_run_each_server_at_its_papers_momentum(sweep_
         if cell.method in expected:
             seen[cell.method] = resolve(cell.run_config)["lam"]
     assert "FedAvgM" in seen and seen == {m: expected[m] for m in seen}
+
+
+def test_the_cnn_column_runs_the_cnn_for_the_rounds_its_sweep_names(tmp_path):
+    """docs/fedacg-fmnist.md#the-cnn-column: every cell of the CNN column resolves to the CNN and
+    60 rounds (the column's budget), not its set-up's MLP and 500 rounds, and its table reports
+    the EMA at the last of them."""
+    from experiments.sweep import load_sweep
+    from run_config import resolve
+
+    sweep = load_sweep(ROOT / "sweeps" / "fedacg-t1-fmnist-cnn.yaml", out_dir=tmp_path)
+    resolved = [resolve(cell.run_config) for cell in sweep.cells]
+    assert len(resolved) == 12
+    assert {(c["model"], c["num-server-rounds"]) for c in resolved} == {("cnn", 60)}
+    assert sweep.acc_at_rounds[-1] == 60
