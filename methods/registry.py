@@ -103,13 +103,22 @@ def _check_settings(part: type[Part]) -> None:
                                 "`uses`: `uses` lists only the keys declared elsewhere")
 
 
-def setting_owners() -> list[tuple[Key, type[Part]]]:
+def setting_owners() -> tuple[tuple[Key, type[Part]], ...]:
     """Every knob the registered server rules and client parts (and their base classes) declare
-    in their `settings`, with the class that declares it, in the order they were registered."""
-    owners: dict[type[Part], None] = {}  # each registered part's own class and its bases
-    for part in _PARTS_IN_ORDER:
-        owners.update((k, None) for k in reversed(part.__mro__) if issubclass(k, Part))
-    return [(key, owner) for owner in owners for key in owner.declared()]
+    in their `settings`, with the class that declares it, in the order they were registered.
+    The same tuple while the registry is unchanged: every run-config key looked up by name
+    reads it (`run_config.KEYS_BY_NAME`), thousands of times a round."""
+    global _owners
+    parts = tuple(_PARTS_IN_ORDER)
+    if _owners is None or _owners[0] != parts:
+        classes: dict[type[Part], None] = {}  # each registered part's own class and its bases
+        for part in parts:
+            classes.update((k, None) for k in reversed(part.__mro__) if issubclass(k, Part))
+        _owners = parts, tuple((key, owner) for owner in classes for key in owner.declared())
+    return _owners[1]
+
+
+_owners: tuple[tuple[type[Part], ...], tuple[tuple[Key, type[Part]], ...]] | None = None
 
 
 def register_from_file(path: str | Path) -> ModuleType:

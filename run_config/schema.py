@@ -307,16 +307,16 @@ APP_KEYS: tuple[Key, ...] = (
         resume_may_differ=True),
 )
 
-_gathered: dict[tuple, tuple[tuple[Key, ...], dict[str, Key]]] = {}  # (a cache)
+_gathered: tuple[tuple, tuple[Key, ...], dict[str, Key]] | None = None  # (a cache)
 
 
 def _gather() -> tuple[tuple[Key, ...], dict[str, Key]]:
     """Every run-config key: the app's own (APP_KEYS), then the knobs the registered methods'
     server rules and client parts declare (their `settings`), in the order they registered;
     and the same by name."""
-    owners = methods.setting_owners()
-    cache_key = tuple((id(key), id(owner)) for key, owner in owners)
-    if cache_key not in _gathered:
+    global _gathered
+    owners = methods.setting_owners()  # (the same tuple while the registry is unchanged)
+    if _gathered is None or _gathered[0] is not owners:
         taken = {key.name: "run_config/schema.py" for key in APP_KEYS}
         for key, owner in owners:
             if key.name in taken:
@@ -325,9 +325,8 @@ def _gather() -> tuple[tuple[Key, ...], dict[str, Key]]:
                                     "give the knob another name")
             taken[key.name] = owner.__name__
         keys = APP_KEYS + tuple(key for key, _ in owners)
-        _gathered.clear()
-        _gathered[cache_key] = keys, {key.name: key for key in keys}
-    return _gathered[cache_key]
+        _gathered = owners, keys, {key.name: key for key in keys}
+    return _gathered[1], _gathered[2]
 
 
 class _Keys(Sequence):
