@@ -120,6 +120,27 @@ def test_a_copy_made_while_a_tap_is_on_does_not_feed_it():
         feature_layer(model, "logits")
 
 
+def test_local_sgd_steps_bit_for_bit_as_torchs_per_tensor_sgd():
+    """The local update's optimizer (foreach: one call a step) moves the weights exactly as
+    torch.optim.SGD's per-tensor loop, with momentum and weight decay, over several steps: the
+    same elementwise operations in the same order (one example, so every batch is the same)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 6), nn.ReLU(), nn.Linear(6, 3))
+    reference = copy.deepcopy(model)
+    x, y = torch.randn(1, 4), torch.tensor([2])
+    cfg = LocalConfig(lr=0.3, local_iterations=4, batch_size=1, local_momentum=0.9,
+                      weight_decay=0.05)
+    local_update(model, x, y, cfg, ctx=LocalContext(state=RecordDict(), train_y=y,
+                                                    num_classes=3))
+    opt = torch.optim.SGD(reference.parameters(), lr=0.3, momentum=0.9, weight_decay=0.05,
+                          foreach=False)
+    for _ in range(4):
+        opt.zero_grad()
+        F.cross_entropy(reference(x), y).backward()
+        opt.step()
+    _same(model, reference, exact=True)
+
+
 # ---------------------------------------------------------------- the task-loss hook
 
 
