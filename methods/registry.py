@@ -103,6 +103,10 @@ def _check_settings(part: type[Part]) -> None:
                                 "`uses`: `uses` lists only the keys declared elsewhere")
 
 
+# (a cache: the registered parts when it was made, and setting_owners() for them)
+_owners: tuple[tuple[type[Part], ...], tuple[tuple[Key, type[Part]], ...]] | None = None
+
+
 def setting_owners() -> tuple[tuple[Key, type[Part]], ...]:
     """Every knob the registered server rules and client parts (and their base classes) declare
     in their `settings`, with the class that declares it, in the order they were registered.
@@ -116,9 +120,6 @@ def setting_owners() -> tuple[tuple[Key, type[Part]], ...]:
             classes.update((k, None) for k in reversed(part.__mro__) if issubclass(k, Part))
         _owners = parts, tuple((key, owner) for owner in classes for key in owner.declared())
     return _owners[1]
-
-
-_owners: tuple[tuple[type[Part], ...], tuple[tuple[Key, type[Part]], ...]] | None = None
 
 
 def register_from_file(path: str | Path) -> ModuleType:
