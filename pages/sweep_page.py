@@ -263,7 +263,9 @@ class SweepPage:
                         + row[PAPER_AT:] for m, row in zip(group, rows)]
                 head = head[:PAPER_AT] + [self.paper_header] + head[PAPER_AT:]
             stem, name = slug(setting), md_text(setting)
-            parts.append(f"### {name}: {setup_of[setting]['description']}\n\n"
+            changed = _changed_by_sweep(setup_of[setting],
+                                        [c for c in sweep.cells if c.setting == setting])
+            parts.append(f"### {name}: {setup_of[setting]['description']}{md_text(changed)}\n\n"
                          f"{markdown(head, rows)}\n\n"
                          f"![EMA test accuracy per round, {name}]({self.stem}-ema-{stem}.png)\n"
                          f"![test accuracy per round, {name}]({self.stem}-acc-{stem}.png)")
@@ -350,6 +352,28 @@ def _name(cell: Any) -> str:
     if isinstance(cell, dict):
         return cell_name(cell)
     return cell_name({"setting": cell.setting, "method": cell.method, "seed": cell.seed})
+
+
+def _changed_by_sweep(setup: dict, cells: list) -> str:
+    """What every cell of one setting runs other than its set-up says (its description is the
+    heading's): '; the sweep sets model cnn, num-server-rounds 60', '' when nothing. The
+    values the setting's cells share that differ from the set-up's run config (the run's
+    output keys aside) and its federation's size."""
+    from run_config import KEYS_BY_NAME
+    from run_config.coerce import coerce
+
+    shared = dict(cells[0].run_config)
+    for cell in cells[1:]:
+        shared = {k: v for k, v in shared.items() if cell.run_config.get(k) == v}
+    changed = [f"{name} {value}" for name, value in shared.items()
+               if name in setup["run-config"] and KEYS_BY_NAME[name].group != "output"
+               and coerce(KEYS_BY_NAME[name], value)
+               != coerce(KEYS_BY_NAME[name], setup["run-config"][name])]
+    size = cells[0].federation_config.get("num-supernodes")
+    if size is not None and size != setup["num-supernodes"] and all(
+            c.federation_config.get("num-supernodes") == size for c in cells):
+        changed.append(f"num-supernodes {size}")
+    return f"; the sweep sets {', '.join(changed)}" if changed else ""
 
 
 def _columns(sweep) -> tuple[list[int], list[float]]:
