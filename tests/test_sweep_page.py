@@ -295,8 +295,8 @@ def test_the_grid_page_draws_its_heatmaps_from_the_cells(tmp_path):
 
 @pytest.mark.parametrize("flag, stem, block, cells, changed", [
     ("--cnn", "fedacg-fmnist-cnn", "cnn-table", 12,
-     "MLP, 500 rounds; the sweep sets model cnn, num-server-rounds 60\n"),
-    ("--fedagm", "fedagm-fmnist", "fedagm-table", 24, "MLP, 500 rounds\n")])
+     "MLP, 500 rounds; the sweep sets model cnn, num-server-rounds 60"),
+    ("--fedagm", "fedagm-fmnist", "fedagm-table", 24, "MLP, 500 rounds")])
 def test_each_table_of_the_fedacg_page_writes_its_own_block_and_files(tmp_path, flag, stem,
                                                                       block, cells, changed):
     """Each block of docs/fedacg-fmnist.md from its own sweep, into its own files; a table's
@@ -312,7 +312,7 @@ def test_each_table_of_the_fedacg_page_writes_its_own_block_and_files(tmp_path, 
     text = page.read_text()
     assert f"1 of its {cells} cells had finished" in text
     heading = next(line for line in text.splitlines() if line.startswith("### "))
-    assert heading.endswith(changed.rstrip("\n")), heading
+    assert heading.endswith(changed), heading
     assert "<!-- example:fedacg-table -->\n<!-- /example:fedacg-table -->" in text  # untouched
     assert sorted(p.name for p in docs.iterdir() if p.name.startswith(stem + "-")) == [
         f"{stem}-acc-{sweep.cells[0].setting}.png", f"{stem}-cells.csv",
