@@ -40,6 +40,7 @@ import gzip
 import json
 import os
 import pstats
+import shutil
 import statistics
 import subprocess
 import sys
@@ -313,6 +314,14 @@ def main(argv: list[str] | None = None) -> int:
     if rounds < 2 or pairs < 1:
         parser.error("give --rounds 2 or more and --pairs 1 or more")
     tmp = Path(tempfile.mkdtemp(prefix="real-cell-"))
+    try:
+        return _compare(args, rounds, pairs, tmp)
+    finally:  # the runs' folders, plan and profile are only the figures' means
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _compare(args: argparse.Namespace, rounds: int, pairs: int, tmp: Path) -> int:
+    """The pairs of runs in `tmp`, their ratios printed (and written to --json)."""
     plan = tmp / "plan.json"
     print(f"cell {args.cell} | {rounds} rounds | {pairs} pairs | {os.cpu_count()} CPUs | "
           f"1 thread | load average {os.getloadavg()[0]:.2f}", flush=True)

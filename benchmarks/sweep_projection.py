@@ -5,7 +5,8 @@
 
 Each (setting, method) of the sweep runs once, seed 0, for `--rounds` rounds, in-process, `--jobs`
 at a time, as `python -m experiments.sweep --jobs` runs them (one process a cell, cpu-count / jobs
-threads each), in a folder of its own. A cell's full length is then projected from its sample:
+threads each), in a temporary folder of its own, removed at the end. A cell's full length is then
+projected from its sample:
 
     projected cell = its start and end (run wall - the rounds' seconds) + R * (mean round s)
 
@@ -21,6 +22,7 @@ import argparse
 import dataclasses
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -42,10 +44,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.rounds < 3 or args.jobs < 1:
         parser.error("give --rounds 3 or more and --jobs 1 or more")
+    out = Path(tempfile.mkdtemp(prefix="sweep-projection-"))
+    try:
+        return _project(args, out)
+    finally:  # the sample's run folders are only the projection's means
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def _project(args: argparse.Namespace, out: Path) -> int:
     from experiments.sweep_cells import cell_name, run_sweep
     from experiments.sweep_file import SweepError, load_sweep
 
-    out = Path(tempfile.mkdtemp(prefix="sweep-projection-"))
     try:
         sweep = load_sweep(args.sweep, out, None, "in-process")
     except SweepError as err:

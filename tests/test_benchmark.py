@@ -105,10 +105,15 @@ def test_sim_floor_runs_the_floor_app(tmp_path):
 def test_real_cell_smoke(tmp_path):
     """benchmarks/real_cell.py: the cell in-process and the plain loop, as processes, with the
     cell's own schedule; its ratios are the medians of the pairs' figures written beside them."""
+    scratch = tmp_path / "scratch"  # the benchmark's temporary folder goes here, and goes
+    scratch.mkdir()
     out = subprocess.run(
         [sys.executable, "-m", "benchmarks.real_cell", "--tiny", "--json",
-         str(tmp_path / "c.json")], cwd=ROOT, capture_output=True, text=True, timeout=900)
+         str(tmp_path / "c.json")], cwd=ROOT, capture_output=True, text=True, timeout=900,
+        env={**os.environ, "TMPDIR": str(scratch)})
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    # its runs' folders removed (torch may leave its own compile cache there)
+    assert [p.name for p in scratch.glob("real-cell-*")] == []
     figures = json.loads((tmp_path / "c.json").read_text())
     (app,), (plain,) = figures["runs"]["app"], figures["runs"]["plain"]
     assert len(app["rounds"]) == len(plain["rounds"]) == 3  # --tiny: 3 rounds, the same clients
@@ -119,3 +124,27 @@ def test_real_cell_smoke(tmp_path):
     assert figures["app"]["rounds"] == pytest.approx(sum(by_round) / 2)  # median of two
     assert 0.1 < plain["acc"] <= 1 and 0.1 < app["acc"] <= 1  # both learned something
     assert "app against the plain loop: speed ratio (plain/app) whole process" in out.stdout
+
+
+@pytest.mark.long
+def test_sweep_projection_adds_each_cells_start_and_rounds_and_leaves_no_folder(tmp_path):
+    """benchmarks/sweep_projection.py: each sampled cell's start and end plus R times its mean
+    round, summed over every cell of the sweep (each seed costs what seed 0 does), divided by
+    --jobs; its sample's run folders are removed."""
+    sweep = tmp_path / "tiny.yaml"
+    sweep.write_text("name: tiny\nfederation-config: {num-supernodes: 4}\n"
+                     "run-config: {num-server-rounds: 30}\nseeds: [0, 1]\n"
+                     "methods:\n  FedAvg: {method: fedavg}\n  FedACG: {method: fedacg}\n")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    out = subprocess.run(
+        [sys.executable, "-m", "benchmarks.sweep_projection", str(sweep), "--rounds", "3",
+         "--jobs", "2", "--json", str(tmp_path / "p.json")], cwd=ROOT, capture_output=True,
+        text=True, timeout=600, env={**os.environ, "TMPDIR": str(scratch)})
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    figures = json.loads((tmp_path / "p.json").read_text())
+    assert sorted(figures["cells"]) == ["-/FedACG", "-/FedAvg"]  # seed 0 of each, sampled
+    by_hand = sum(2 * (c["fixed"] + 30 * c["round"]) for c in figures["cells"].values())
+    assert figures["cell-hours"] * 3600 == pytest.approx(by_hand, rel=1e-9)
+    assert figures["wall-hours"] == pytest.approx(figures["cell-hours"] / 2, rel=1e-9)
+    assert [p.name for p in scratch.glob("sweep-projection-*")] == []
