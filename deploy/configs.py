@@ -134,8 +134,9 @@ def add_connection(home: Path, name: str, address: str, ca: str) -> Path:
     text = text if text.strip() else DEFAULT_CONFIG
     try:
         old = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as err:
-        raise Refused(f"{config} is not valid TOML ({err}): flwr cannot read it either; fix "
+    except (tomllib.TOMLDecodeError, RecursionError, ValueError) as err:  # (too deep, too long)
+        why = str(err) or type(err).__name__
+        raise Refused(f"{config} is not valid TOML ({why}): flwr cannot read it either; fix "
                       "or remove it, then add the connection") from None
     links = old.get("superlink", {})
     if not isinstance(links, dict):
@@ -150,7 +151,7 @@ def add_connection(home: Path, name: str, address: str, ca: str) -> Path:
     meant.setdefault("superlink", {})[name] = entry
     try:
         got = tomllib.loads(new)
-    except tomllib.TOMLDecodeError:
+    except (tomllib.TOMLDecodeError, RecursionError, ValueError):
         got = None
     if got != meant:
         raise Refused(f"{config}: [superlink.{name}] cannot be appended to it as it is (it "

@@ -750,8 +750,12 @@ def test_add_connection_is_read_by_flower_as_given(name, address, stubs, tmp_pat
     ("[superlink\n", "is not valid TOML"),
     ('superlink = "x"\n', "not a table of connections"),
     ('superlink = {default = "local"}\n', "cannot be appended"),
-])
+    ("a = " + "[" * 5000 + "\n", "is not valid TOML"),  # nested past Python's recursion
+    ("a = " + "9" * 5000 + "\n", "is not valid TOML"),  # past Python's 4300 digits
+], ids=["cut", "not-a-table", "inline", "too-deep", "long-number"])
 def test_add_connection_refuses_a_file_it_cannot_add_to(text, says, stubs, tmp_path):
+    """Whatever the user's config.toml holds ends in one message naming it, never a traceback
+    (tomllib raises RecursionError and ValueError besides TOMLDecodeError)."""
     env, creds = stubs
     flwr = tmp_path / ".flwr"
     flwr.mkdir()
