@@ -178,6 +178,12 @@ def input_tensor(ds, spec: DatasetSpec) -> torch.Tensor:
     if _is_pixel_array(ds, spec):  # an IDX folder's pixels, kept as stored (sources.py)
         return pixel_tensor(ds.select_columns([spec.image]).with_format("arrow")[:][spec.image],
                             spec)
+    path_only = first_path_only_image(ds, spec.image)
+    if path_only is not None:  # (before `ds[...]`: `datasets` would open it as it decodes)
+        i, path = path_only
+        raise PixelsRefused(f"example {i}: the image is not in the data, only its path "
+                            f"{path!r}: a local copy holds its images' bytes (python -m "
+                            "feddata.save writes one)")
     mode = "L" if c == 1 else "RGB"
     out = np.empty((n, c, h, w), dtype=np.uint8)
     for i, img in enumerate(ds[spec.image] if n else []):
@@ -186,6 +192,42 @@ def input_tensor(ds, spec: DatasetSpec) -> torch.Tensor:
         except PixelsRefused as err:
             raise PixelsRefused(f"example {i}: {err}") from None
     return torch.from_numpy(out)
+
+
+def first_path_only_image(ds, column: str) -> tuple[int, str] | None:
+    """(example, path) of the first example of `ds` (in its order) whose image the data holds
+    only as a path, no bytes; None when every image is in the data. Read from the Arrow
+    storage of `column` (struct<bytes, path>, as datasets' `Image` stores it) without decoding
+    anything: `datasets` opens such a path wherever it points (any file on the machine, through
+    links, a named pipe that never answers, a URL), and a node's own data refuses it too
+    (docs/data.md#own-data-folders)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    table = getattr(ds, "data", None)
+    if table is None or column not in table.column_names:
+        return None
+    stored = table.column(column)
+    chunks, kind = stored.chunks, stored.type
+    if not (pa.types.is_struct(kind) and kind.get_field_index("bytes") >= 0
+            and kind.get_field_index("path") >= 0):
+        return None
+    rows = []
+    for chunk in chunks:  # a row with a path, no bytes, and not null as a whole
+        only = pc.and_(pc.and_(chunk.is_valid(), pc.is_null(pc.struct_field(chunk, "bytes"))),
+                       pc.is_valid(pc.struct_field(chunk, "path")))
+        rows.append(np.asarray(only.to_numpy(zero_copy_only=False), dtype=bool))
+    bad = np.concatenate(rows) if rows else np.zeros(0, dtype=bool)
+    if not bad.any():
+        return None
+    mapping = getattr(ds, "_indices", None)  # example -> table row, after a select or shuffle
+    order = (mapping.column(0).to_numpy().astype(np.int64) if mapping is not None
+             else np.arange(len(bad)))
+    hits = np.flatnonzero(bad[order])
+    if not len(hits):  # (only rows outside `ds`' selection: never decoded here)
+        return None
+    row = int(order[hits[0]])
+    return int(hits[0]), str(stored[row]["path"])
 
 
 def pixel_tensor(column, spec: DatasetSpec) -> torch.Tensor:

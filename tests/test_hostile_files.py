@@ -610,6 +610,59 @@ def test_a_servers_dataset_path_marker_is_read_bounded_and_its_splits_checked(tm
         "train": [str(folder / "train" / "data-00000-of-00001.arrow")]}
 
 
+def hub_copy_with_a_path(folder: Path, path: Path, feature: str) -> Path:
+    """A local copy in the hub's parquet layout (`data/train-*`, `data/test-*`) of 28x28 grey
+    PNGs whose training row 3 holds no bytes, only `path`: as a plain struct<bytes, path>
+    column, or as datasets' own `Image` feature (which `datasets` decodes itself)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from datasets import ClassLabel, Dataset, Features, Image
+
+    (folder / "data").mkdir(parents=True)
+    for split, n in (("train", 6), ("test", 3)):
+        rows = [cell(png(grey(10 * i, (28, 28)))) for i in range(n)]
+        if split == "train":
+            rows[3] = {"bytes": None, "path": str(path)}
+        file = folder / "data" / f"{split}-00000-of-00001.parquet"
+        if feature == "struct":
+            struct_type = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+            pq.write_table(pa.table({"image": pa.array(rows, type=struct_type),
+                                     "label": pa.array(range(n))}), file)
+        else:
+            Dataset.from_dict({"image": rows, "label": list(range(n))}, features=Features(
+                {"image": Image(), "label": ClassLabel(num_classes=10)})).to_parquet(str(file))
+    return folder
+
+
+@pytest.mark.parametrize("feature", ["struct", "image-feature"])
+@pytest.mark.parametrize("target", ["image-elsewhere", "fifo"])
+def test_a_dataset_path_image_held_only_as_a_path_is_refused_never_opened(tmp_path, target,
+                                                                          feature):
+    """A server's (and a simulated client's) copy of a hub dataset (`dataset-path`) whose image
+    is not in the data, only a path to it: refused naming the example, as a node's own folder
+    refuses it (`case_parquet_path_only`). It was opened wherever it pointed, outside the copy,
+    through links (an image elsewhere became training data), and a named pipe there blocked the
+    run for ever."""
+    from feddata.__main__ import main
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    if target == "fifo":
+        path = elsewhere / "pipe.png"
+        os.mkfifo(path)
+    else:
+        path = write(elsewhere / "a.png", png(grey(7, (28, 28))))
+    folder = hub_copy_with_a_path(tmp_path / "copy", path, feature)
+    out, err = io.StringIO(), io.StringIO()
+    with time_bound(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["check", str(folder), "--dataset", "fashion-mnist", "--dataset-path"])
+    assert code == 1 and out.getvalue() == "", (code, out.getvalue(), err.getvalue())
+    assert re.fullmatch(rf"error: dataset-path '{re.escape(str(folder))}', train split .*"
+                        rf"example \d+: the image is not in the data, only its path "
+                        rf"'{re.escape(str(path))}': .*feddata\.save.*\n", err.getvalue()), \
+        err.getvalue()
+
+
 # --- run folders, the ServerApp's writes and reads ---------------------------------------------
 SMALL = {"num-server-rounds": 1, "local-iterations": 1, "fraction-train": 1.0,
          "checkpoint-every": 1}
