@@ -116,6 +116,33 @@ def test_every_table_row_has_the_header_s_cell_count(page):
     assert not bad, f"{page.name}: " + "; ".join(bad)
 
 
+def accidental_list_items(text: str) -> list[str]:
+    """Prose lines Markdown reads as a list item that the text wrapping made: a line starting
+    with '+ ' (the docs use no '+' bullets: it is a wrapped 'A + B'), or with '- ' / '* '
+    straight after a paragraph line that does not introduce a list (ends without ':')."""
+    lines, bad = prose_lines(text), []
+    for n, line in enumerate(lines[1:], 2):
+        before = lines[n - 2]
+        if re.match(r"^\s*\+ ", line) or (
+                re.match(r"^[-*] ", line) and before.strip() and not before.rstrip().endswith(":")
+                and not re.match(r"^\s*([-*+]|\d+[.)])\s|^[ #|<>]", before)):
+            bad.append(f"line {n}: {line[:40]!r}")
+    return bad
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_no_wrapped_line_turns_into_a_list_item(page):
+    assert not accidental_list_items(page.read_text()), page.name
+
+
+def test_the_list_item_check_catches_a_wrap_at_a_plus_or_a_hyphen():
+    wrapped = "FedACG\n+ GC-Fed ends level\n"
+    assert accidental_list_items(wrapped) == ["line 2: '+ GC-Fed ends level'"]
+    assert accidental_list_items("  item of FedACG\n  + GC-Fed\n")  # inside a list item too
+    assert accidental_list_items("a split\n- and so on\n") == ["line 2: '- and so on'"]
+    assert not accidental_list_items("The steps:\n- one\n- two\n\n* three\n")
+
+
 def test_the_table_check_catches_an_unescaped_pipe():
     good = "| a | b |\n| --- | --- |\n| `x` | 1/\\|S\\| |\n"
     bad = "| a | b |\n| --- | --- |\n| `'x' | 'y'` | z |\n"
