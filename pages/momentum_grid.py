@@ -8,9 +8,9 @@ Fashion-MNIST), from `sweeps/momentum-grid-fmnist.yaml`.
     python -m pages.momentum_grid --from-csv                  # from docs/momentum-grid-cells.csv
 
 The block holds three heatmaps (`reporting.grid`: the mean final EMA gain over FedAvg, paired
-by seed, the share of seeds that diverged, and the server's step against the clients' update,
-for each family and lambda against each column),
-then the per-column tables; where its numbers come from and how it is written:
+by seed, the share of seeds that collapsed (diverged or ended at chance), and the server's step
+against the clients' update, for each family and lambda against each column), then the
+per-column tables; where its numbers come from and how it is written:
 `pages.sweep_page`.
 """
 
@@ -24,6 +24,7 @@ from pages.sweep_page import SweepPage
 
 FAMILIES = {"fedavgm": "FedAvgM", "fedacg": "FedACG", "fedacg+gcfed": "FedACG + GC-Fed"}
 BASELINE = "FedAvg"
+CLASSES = 10  # the grid's data, Fashion-MNIST
 
 
 def rows_of(sweep) -> dict[str, tuple[str, float]]:
@@ -41,21 +42,26 @@ def rows_of(sweep) -> dict[str, tuple[str, float]]:
 def heatmaps(sweep, cells: list, docs: Path) -> str:
     """The two heatmaps, drawn into `docs`, and their Markdown."""
     from reporting.grid import knob_grid, plot_grid
+    from run_config.collapses import collapsed
 
-    grid = knob_grid(cells, rows_of(sweep), BASELINE, list(sweep.settings))
+    # diverged, or ended at chance: the rule of run_config.collapses (Fashion-MNIST: 10 classes)
+    grid = knob_grid(cells, rows_of(sweep), BASELINE, list(sweep.settings),
+                     collapsed=lambda summary: collapsed(summary, CLASSES))
     plot_grid(grid, docs / "momentum-grid-gain.png", "gain",
               "final EMA minus FedAvg's (points; seeds paired)")
     plot_grid(grid, docs / "momentum-grid-diverged.png", "diverged",
-              "seeds that diverged")
+              "seeds that collapsed (diverged or ended at chance)")
     plot_grid(grid, docs / "momentum-grid-step.png", "ratio",
               "server step / clients' mean update (median over rounds)")
     return ("### The grid\n\n"
             "![final EMA gain over FedAvg, by server momentum and column](momentum-grid-gain.png)"
-            "\n![share of seeds that diverged](momentum-grid-diverged.png)"
+            "\n![share of seeds that collapsed](momentum-grid-diverged.png)"
             "\n![the server's step against the clients' update](momentum-grid-step.png)\n\n"
             "Each square: the mean over seeds of the final EMA test accuracy minus FedAvg's in "
             "the same column and seed (percentage points; the number of seeds paired under it; "
-            "a diverged seed is not paired), the seeds that diverged of those run, and the "
+            "a diverged seed is not paired), the seeds that collapsed of those run (diverged, "
+            "or ended at chance: the last 10 rounds' mean under 1.5 / 10, `python -m "
+            "run_config check`'s rule), and the "
             "median over rounds of the server's step against the clients' mean update "
             "(`train-server-step-norm / train-client-update-norm`, mean over seeds): 1 for "
             "FedAvg, up to 1 / (1 - lambda) where the server's momentum keeps adding updates "

@@ -1,16 +1,17 @@
 """A grid of one knob against the columns of a sweep (`knob_grid`): for each family of rows (e.g.
 FedAvgM, FedACG) and each value of its knob (server momentum lambda), per column (setting), the
 mean over seeds of the final EMA's gain over the baseline row of the same column and seed, and
-the share of seeds that diverged; drawn as heatmaps by `plot_grid`.
+the share of seeds that collapsed (diverged; with `collapsed`, also ended at chance); drawn as
+heatmaps by `plot_grid`.
 
 A gain is paired by seed (a seed is the same split, client sampling and initial model in every
 row), over the seeds where both the cell and the baseline completed; a diverged cell counts in
-the share, never in the gain.
+the share, never in the gain (a cell at chance has an accuracy: it counts in both).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,8 @@ from fileio.atomic import write_atomic
 @dataclass
 class Grid:
     """gain[family][value][column] (percentage points, None where no seed pairs) and
-    diverged[family][value][column] (k, n): k of the n seeds present diverged."""
+    diverged[family][value][column] (k, n): k of the n seeds present collapsed (knob_grid's
+    `collapsed`)."""
 
     columns: list[str]
     values: dict[str, list[float]] = field(default_factory=dict)  # each family's knob values
@@ -33,10 +35,15 @@ class Grid:
 
 
 def knob_grid(cells: Sequence[dict[str, Any]], rows: dict[str, tuple[str, float]],
-              baseline: str, columns: Sequence[str]) -> Grid:
+              baseline: str, columns: Sequence[str],
+              collapsed: Callable[[dict[str, Any]], bool] | None = None) -> Grid:
     """The grid of `cells` (reporting.cells' cells: setting, method, seed, summary), whose
     method names map by `rows` to (family, knob value); `baseline` is the method name of the
-    reference row; `columns` the settings in order."""
+    reference row; `columns` the settings in order; `collapsed(summary)` says which cells the
+    `diverged` counts take (default: those that diverged; a page passes
+    run_config.collapses.collapsed, which also takes those that ended at chance)."""
+    if collapsed is None:
+        collapsed = lambda s: bool(s.get("diverged"))  # noqa: E731
     base = {(c["setting"], c["seed"]): c["summary"] for c in cells if c["method"] == baseline}
     grid = Grid(list(columns))
     by_cell: dict[tuple[str, float, str], list[dict]] = {}
@@ -57,7 +64,7 @@ def knob_grid(cells: Sequence[dict[str, Any]], rows: dict[str, tuple[str, float]
                         s.get("final-ema-acc") is None or b.get("final-ema-acc") is None:
                     continue
                 gains.append(100 * (s["final-ema-acc"] - b["final-ema-acc"]))
-            k = sum(bool(c["summary"].get("diverged")) for c in group)
+            k = sum(bool(collapsed(c["summary"])) for c in group)
             ratios = [c["summary"]["step-ratio"] for c in group
                       if c["summary"].get("step-ratio") is not None]
             grid.ratio.setdefault(family, {}).setdefault(value, {})[column] = (

@@ -258,6 +258,25 @@ def test_the_grid_pairs_each_gain_by_seed_and_counts_diverged_seeds_apart():
     assert grid.ratio["M"][0.5] == {"a": 2.5, "b": None}  # (a diverged seed's ratio counts)
 
 
+def test_the_grid_counts_a_seed_at_chance_as_collapsed_and_still_pairs_its_gain():
+    """The page's rule (run_config.collapses.collapsed, 10 classes: the last 10 rounds' mean
+    under 0.15): M's seed 1 ended at 0.10 without NaN -> collapsed, 2 of 2 with the diverged seed
+    0; its gain is paired (0.10 - 0.60 = -50); seed 0 diverged -> not paired. Without the rule
+    the count is 1 of 2."""
+    from reporting.grid import knob_grid
+    from run_config.collapses import collapsed
+
+    cells = [_cell("a", "FedAvg", 0, 0.5), _cell("a", "FedAvg", 1, 0.6),
+             _cell("a", "M", 0, 0.1, diverged=True), _cell("a", "M", 1, 0.1)]
+    for c in cells:
+        c["summary"]["last10-acc"] = c["summary"]["final-ema-acc"]
+    rows = {"M": ("M", 0.95)}
+    grid = knob_grid(cells, rows, "FedAvg", ["a"], collapsed=lambda s: collapsed(s, 10))
+    assert grid.diverged["M"][0.95] == {"a": (2, 2)}
+    assert grid.gain["M"][0.95]["a"] == pytest.approx(-50.0) and grid.paired["M"][0.95]["a"] == 1
+    assert knob_grid(cells, rows, "FedAvg", ["a"]).diverged["M"][0.95] == {"a": (1, 2)}
+
+
 def test_the_grid_page_draws_its_heatmaps_from_the_cells(tmp_path):
     from experiments.sweep import load_sweep
     from pages.momentum_grid import GRID, main, rows_of
