@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from fileio.atomic import write_text_atomic
 from reporting.cells import CELLS_CSV, cells_csv, method_runs, versions_problem
-from reporting.metrics import curve, run_summary
+from reporting.metrics import curve, momentum_terms, run_summary
 from reporting.plots import plot_ema_curves
 from reporting.table import MethodRuns, comparison
 from run_config import acc_at_rounds, resolve, target_accs
@@ -62,9 +62,10 @@ def write_report(sweep: Sweep, mixed_versions: bool = False) -> Report:
     done.sort(key=lambda cr: order[cr[0].setting, cr[0].method])  # (stable: seeds in order)
     cells, curves = [], {}
     for cell, results in done:
+        cfg = resolve(cell.run_config)
         summary = run_summary(results.get("rounds", []), acc_at_rounds=rounds,
-                              target_accs=targets,
-                              total_rounds=resolve(cell.run_config)["num-server-rounds"])
+                              target_accs=targets, total_rounds=cfg["num-server-rounds"],
+                              momentum=momentum_terms(cfg))
         summary["diverged"] = results.get("status") != "complete"
         summary["wall-seconds"] = wall_seconds(results, summary["train-seconds"])
         cells.append({"setting": cell.setting, "method": cell.method, "seed": cell.seed,

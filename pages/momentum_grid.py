@@ -7,9 +7,10 @@ Fashion-MNIST), from `sweeps/momentum-grid-fmnist.yaml`.
     python -m pages.momentum_grid --merge --out-dir D         # the committed cells and D's
     python -m pages.momentum_grid --from-csv                  # from docs/momentum-grid-cells.csv
 
-The block holds three heatmaps (`reporting.grid`: the mean final EMA gain over FedAvg, paired
-by seed, the share of seeds that collapsed (diverged or ended at chance), and the server's step
-against the clients' update, for each family and lambda against each column), then the
+The block holds four heatmaps (`reporting.grid`: the mean final EMA gain over FedAvg, paired
+by seed, the share of seeds that collapsed (diverged or ended at chance), the server's step
+against the clients' update, and the server's momentum term against the clients' update, for
+each family and lambda against each column), then the
 per-column tables; where its numbers come from and how it is written:
 `pages.sweep_page`.
 """
@@ -40,7 +41,7 @@ def rows_of(sweep) -> dict[str, tuple[str, float]]:
 
 
 def heatmaps(sweep, cells: list, docs: Path) -> str:
-    """The two heatmaps, drawn into `docs`, and their Markdown."""
+    """The four heatmaps, drawn into `docs`, and their Markdown."""
     from reporting.grid import knob_grid, plot_grid
     from run_config.collapses import collapsed
 
@@ -53,10 +54,14 @@ def heatmaps(sweep, cells: list, docs: Path) -> str:
               "seeds that collapsed (diverged or ended at chance)")
     plot_grid(grid, docs / "momentum-grid-step.png", "ratio",
               "server step / clients' mean update (median over rounds)")
+    plot_grid(grid, docs / "momentum-grid-cos.png", "cos",
+              "cos(server momentum term, clients' update) (its length / the update's)")
     return ("### The grid\n\n"
             "![final EMA gain over FedAvg, by server momentum and column](momentum-grid-gain.png)"
             "\n![share of seeds that collapsed](momentum-grid-diverged.png)"
-            "\n![the server's step against the clients' update](momentum-grid-step.png)\n\n"
+            "\n![the server's step against the clients' update](momentum-grid-step.png)"
+            "\n![the server's momentum term against the clients' update](momentum-grid-cos.png)"
+            "\n\n"
             "Each square: the mean over seeds of the final EMA test accuracy minus FedAvg's in "
             "the same column and seed (percentage points; the number of seeds paired under it; "
             "a diverged seed is not paired), the seeds that collapsed of those run (diverged, "
@@ -65,7 +70,15 @@ def heatmaps(sweep, cells: list, docs: Path) -> str:
             "median over rounds of the server's step against the clients' mean update "
             "(`train-server-step-norm / train-client-update-norm`, mean over seeds): 1 for "
             "FedAvg, up to 1 / (1 - lambda) where the server's momentum keeps adding updates "
-            "of one direction.")
+            "of one direction. The last map splits that step, lambda m + d, into its two "
+            "terms: the median over rounds of the cosine between the server's momentum term "
+            "lambda m (FedACG's look-ahead) and the clients' mean update d, blue where the "
+            "clients go on in the momentum's direction and red where they pull back against "
+            "it, and under it the term's length against the update's "
+            "(`momentum-cos`, `momentum-ratio`: "
+            "[docs/results.md](results.md#the-servers-step-and-its-momentum); mean over seeds). "
+            "FedACG + GC-Fed has none: its global GC changes d after d's norm was recorded, so "
+            "the recorded norms do not split its step.")
 
 
 def explain(rounds: list[int]) -> str:

@@ -8,7 +8,10 @@ rounds), final-test-acc, final-ema-acc, acc-at-<R> (the EMA at round R), rounds-
 first round whose EMA reaches X %, or "T+"), bytes-down-total, bytes-up-total, bytes-total,
 train-seconds, wall-seconds (the ServerApp's), step-ratio (the median of the server's step
 against the clients' mean update: reporting.metrics.step_ratio; empty for runs that did not
-record it), code-version (`reporting.code_version`'s label:
+record it), momentum-cos and momentum-ratio (the medians of cos(lambda m, d) and of
+||lambda m|| / ||eta d||: reporting.metrics.momentum_alignment; empty where the rule's step is
+not lambda m + eta d; a file written before these two columns existed lacks both, and its
+cells read as empty there), code-version (`reporting.code_version`'s label:
 the commit it ran on). Accuracies are fractions, written as Python writes floats, so a table
 built from the file equals the table built from the run folders.
 
@@ -40,7 +43,8 @@ MAX_ROWS = 100_000
 LEADING = ["setting", "method", "seed", "status", "rounds", "last10-acc", "final-test-acc",
            "final-ema-acc"]
 TRAILING = ["bytes-down-total", "bytes-up-total", "bytes-total", "train-seconds",
-            "wall-seconds", "step-ratio", "code-version"]
+            "wall-seconds", "step-ratio", "momentum-cos", "momentum-ratio", "code-version"]
+ADDED = ("momentum-cos", "momentum-ratio")  # columns an older file lacks (read as empty)
 STATUSES = ("complete", "diverged")
 LABEL = re.compile(rf"(?:{OBJECT_ID.pattern})(?:\+dirty(?:\?|\.[0-9a-f]{{16}}))?"
                    rf"|files\.[0-9a-f]{{16}}|{UNKNOWN}")
@@ -73,7 +77,7 @@ def cells_csv(cells: Sequence[dict[str, Any]], acc_at_rounds: Sequence[int],
                     + [s["rounds-to-acc"][round_key(t)] for t in target_accs]
                     + [s.get("bytes-down-total"), s.get("bytes-up-total"), s.get("bytes-total"),
                        s.get("train-seconds"), s.get("wall-seconds"), s.get("step-ratio"),
-                       c["code-version"]])
+                       s.get("momentum-cos"), s.get("momentum-ratio"), c["code-version"]])
     return csv_text(head, [["" if v is None else v for v in r] for r in rows])
 
 
@@ -123,7 +127,8 @@ def read_cells_csv(path: Path) -> tuple[list[dict[str, Any]], list[int], list[fl
         n_rounds = [c for c in head if c.startswith("acc-at-")]
         n_targets = [c for c in head if c.startswith("rounds-to-")]
         expected = LEADING + n_rounds + n_targets + TRAILING
-        if head != expected or len(set(head)) != len(head):
+        older = [c for c in expected if c not in ADDED]
+        if head not in (expected, older) or len(set(head)) != len(head):
             raise CellsError(f"{path} line 1 is not the header of a cells file (it should be "
                              f"{','.join(LEADING)},acc-at-<R>...,rounds-to-<X>...,"
                              f"{','.join(TRAILING)}): {fix}")
@@ -206,6 +211,8 @@ def _cell(path: Path, line: int, row: dict[str, str], whole: bool, fix: str) -> 
             summary["rounds-to-acc"][column[len("rounds-to-"):]] = value
         else:
             summary[column] = value
+    for column in ADDED:
+        summary.setdefault(column, None)
     if summary["rounds"] is None or summary["bytes-total"] is None:
         raise CellsError(f"{where}: rounds and bytes-total must hold a number: {fix}")
     return {"setting": row["setting"], "method": row["method"], "seed": int(row["seed"]),

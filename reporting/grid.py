@@ -1,8 +1,9 @@
 """A grid of one knob against the columns of a sweep (`knob_grid`): for each family of rows (e.g.
 FedAvgM, FedACG) and each value of its knob (server momentum lambda), per column (setting), the
-mean over seeds of the final EMA's gain over the baseline row of the same column and seed, and
-the share of seeds that collapsed (diverged; with `collapsed`, also ended at chance); drawn as
-heatmaps by `plot_grid`.
+mean over seeds of the final EMA's gain over the baseline row of the same column and seed, the
+share of seeds that collapsed (diverged; with `collapsed`, also ended at chance), the server's
+step against the clients' update and its momentum term against that update; drawn as heatmaps
+by `plot_grid`.
 
 A gain is paired by seed (a seed is the same split, client sampling and initial model in every
 row), over the seeds where both the cell and the baseline completed; a diverged cell counts in
@@ -32,6 +33,10 @@ class Grid:
     diverged: dict[str, dict[float, dict[str, tuple[int, int]]]] = field(default_factory=dict)
     # the mean over seeds of each cell's step-ratio (reporting.metrics.step_ratio), None: none
     ratio: dict[str, dict[float, dict[str, float | None]]] = field(default_factory=dict)
+    # the means over seeds of each cell's momentum-cos and momentum-ratio
+    # (reporting.metrics.momentum_alignment), None where no seed has them
+    cos: dict[str, dict[float, dict[str, float | None]]] = field(default_factory=dict)
+    term: dict[str, dict[float, dict[str, float | None]]] = field(default_factory=dict)
 
 
 def knob_grid(cells: Sequence[dict[str, Any]], rows: dict[str, tuple[str, float]],
@@ -65,10 +70,12 @@ def knob_grid(cells: Sequence[dict[str, Any]], rows: dict[str, tuple[str, float]
                     continue
                 gains.append(100 * (s["final-ema-acc"] - b["final-ema-acc"]))
             k = sum(bool(collapsed(c["summary"])) for c in group)
-            ratios = [c["summary"]["step-ratio"] for c in group
-                      if c["summary"].get("step-ratio") is not None]
-            grid.ratio.setdefault(family, {}).setdefault(value, {})[column] = (
-                sum(ratios) / len(ratios) if ratios else None)
+            for table, key in ((grid.ratio, "step-ratio"), (grid.cos, "momentum-cos"),
+                               (grid.term, "momentum-ratio")):
+                seen = [c["summary"][key] for c in group
+                        if c["summary"].get(key) is not None]
+                table.setdefault(family, {}).setdefault(value, {})[column] = (
+                    sum(seen) / len(seen) if seen else None)
             grid.gain.setdefault(family, {}).setdefault(value, {})[column] = (
                 sum(gains) / len(gains) if gains else None)
             grid.paired.setdefault(family, {}).setdefault(value, {})[column] = len(gains)
@@ -81,8 +88,10 @@ def knob_grid(cells: Sequence[dict[str, Any]], rows: dict[str, tuple[str, float]
 def plot_grid(grid: Grid, path: Path, what: str, title: str = "") -> Path:
     """One heatmap a family, side by side: knob values (rows) x columns; `what` 'gain' (the
     mean gain in points, red below 0, blue above, the seeds paired written under it),
-    'diverged' (the share of seeds that diverged, k/n written) or 'ratio' (the mean step-ratio:
-    the server's step against the clients' mean update)."""
+    'diverged' (the share of seeds that diverged, k/n written), 'ratio' (the mean step-ratio:
+    the server's step against the clients' mean update) or 'cos' (the mean momentum-cos, blue
+    where the clients' update goes with the server's momentum term, red against it, the
+    term's length against the update written under it)."""
     from matplotlib.figure import Figure
 
     families = list(grid.values)
@@ -104,6 +113,11 @@ def plot_grid(grid: Grid, path: Path, what: str, title: str = "") -> Path:
                     q = grid.ratio[family][v][col]
                     row.append(float("nan") if q is None else q)
                     row_labels.append("-" if q is None else f"{q:.2f}")
+                elif what == "cos":
+                    q, length = grid.cos[family][v][col], grid.term[family][v][col]
+                    row.append(float("nan") if q is None else q)
+                    row_labels.append("-" if q is None or length is None
+                                      else f"{q:+.2f}\n({length:.2f}x)")
                 else:
                     k, n = grid.diverged[family][v][col]
                     row.append(float("nan") if n == 0 else k / n)
@@ -116,6 +130,8 @@ def plot_grid(grid: Grid, path: Path, what: str, title: str = "") -> Path:
         elif what == "ratio":
             top = max([x for r in data for x in r if x == x] + [2.0])
             image = ax.imshow(data, cmap="Purples", vmin=0.0, vmax=top, aspect="auto")
+        elif what == "cos":
+            image = ax.imshow(data, cmap="RdBu", vmin=-1.0, vmax=1.0, aspect="auto")
         else:
             image = ax.imshow(data, cmap="Reds", vmin=0.0, vmax=1.0, aspect="auto")
         for i, row_labels in enumerate(labels):

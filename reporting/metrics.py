@@ -91,9 +91,12 @@ def round_key(value: float) -> str:
 
 def run_summary(rows: Sequence[dict[str, Any]], *, acc_at_rounds: Sequence[int],
                 target_accs: Sequence[float], total_rounds: int,
-                metric: str = "test-acc") -> dict[str, Any]:
+                metric: str = "test-acc",
+                momentum: tuple[float, float] | None = None) -> dict[str, Any]:
     """The end-of-run numbers: accuracy (EMA of `metric`) at the given rounds, rounds to each
-    target, bytes."""
+    target, bytes, the server's step against the clients' update, and with `momentum` (lambda,
+    eta: `momentum_terms` of the run's config) its momentum against the clients' update
+    (`momentum_alignment`; both None without it)."""
     rounds, ema = curve(rows, "ema-acc")
 
     def last(key):
@@ -119,6 +122,8 @@ def run_summary(rows: Sequence[dict[str, Any]], *, acc_at_rounds: Sequence[int],
     out["bytes-total"] = out["bytes-down-total"] + out["bytes-up-total"]
     out["train-seconds"] = sum(r.get("seconds", 0.0) for r in trained)
     out["step-ratio"] = step_ratio(trained)
+    out["momentum-cos"], out["momentum-ratio"] = (
+        momentum_alignment(rows, *momentum) if momentum else (None, None))
     return out
 
 
@@ -127,10 +132,55 @@ def step_ratio(rows: Sequence[dict[str, Any]]) -> float | None:
     (train-server-step-norm / train-client-update-norm, server_math.step_size): about 1 for
     FedAvg, 1 / (1 - lambda) for server momentum whose updates keep their direction; None where
     no round has both."""
-    ratios = sorted(r["train-server-step-norm"] / r["train-client-update-norm"] for r in rows
-                    if r.get("train-server-step-norm") is not None
-                    and r.get("train-client-update-norm"))
-    if not ratios:
+    ratios = [r["train-server-step-norm"] / r["train-client-update-norm"] for r in rows
+              if r.get("train-server-step-norm") is not None
+              and r.get("train-client-update-norm")]
+    return _median(ratios) if ratios else None
+
+
+def momentum_terms(cfg: dict[str, Any]) -> tuple[float, float] | None:
+    """(lambda, eta) of a run whose server's step is exactly lambda * m + eta * d (the momentum
+    rule, docs/algorithms.md#server-round, with server momentum and no global GC: FedAvgM,
+    FedACG, FedAGM), so that `momentum_alignment` can split its recorded norms; None for any
+    other rule, lambda 0 (no momentum) or global GC (it changes d after its norm was taken)."""
+    if cfg.get("server-rule") != "momentum" or cfg.get("global-gc", "none") != "none":
         return None
-    mid = len(ratios) // 2
-    return ratios[mid] if len(ratios) % 2 else (ratios[mid - 1] + ratios[mid]) / 2
+    lam, eta = cfg.get("lam"), cfg.get("eta", 1.0)
+    if not isinstance(lam, (int, float)) or not isinstance(eta, (int, float)):
+        return None
+    return (float(lam), float(eta)) if lam > 0 and eta > 0 else None
+
+
+def momentum_alignment(rows: Sequence[dict[str, Any]], lam: float,
+                       eta: float) -> tuple[float | None, float | None]:
+    """The medians over rounds of cos(lambda m, d) and ||lambda m|| / ||eta d||: whether the
+    clients' mean update d of a round goes with the server's momentum term or against it, and
+    how long that term is against the update, for a run whose step is lambda m + eta d
+    (`momentum_terms`; FedACG's look-ahead is that lambda m).
+
+    From the recorded norms alone: m^t is the last round's step (theta^t - theta^{t-1} = m^t),
+    so ||lambda m^t|| = lambda * s^{t-1}, and s^2 = ||lambda m||^2 + ||eta d||^2
+    + 2 lambda eta m.d gives the cosine. A round counts when it and the round before it
+    aggregated (both hold the clients' update norm) and both terms are non-zero; (None, None)
+    where none does."""
+    cosines, ratios = [], []
+    for before, row in zip(rows, rows[1:]):
+        if row.get("round") != before.get("round", -2) + 1:
+            continue
+        s_before, s = before.get("train-server-step-norm"), row.get("train-server-step-norm")
+        if s_before is None or s is None or not before.get("train-client-update-norm"):
+            continue
+        term = lam * s_before  # ||lambda m^t||
+        update = eta * (row.get("train-client-update-norm") or 0.0)  # ||eta d^t||
+        if term <= 0 or update <= 0:
+            continue
+        cos = (s * s - term * term - update * update) / (2 * term * update)
+        cosines.append(min(1.0, max(-1.0, cos)))
+        ratios.append(term / update)
+    return (_median(cosines), _median(ratios)) if cosines else (None, None)
+
+
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2

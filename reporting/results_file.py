@@ -59,17 +59,21 @@ ACC_ROUNDING = 1e-12  # an average of accuracies of 1 may round to 1 + 2e-16; 1.
 FRACTION_KEYS = frozenset({"test-acc", "ema-acc", "fed-acc", "train-acc", "final-test-acc",
                            "final-ema-acc", "final-fed-acc", "last10-acc"})
 SECONDS_KEYS = frozenset({"seconds", "eval-seconds", "train-seconds", "wall-seconds"})
+COSINE_KEYS = frozenset({"momentum-cos"})
 COUNT_KEYS = re.compile(r"^(round|rounds|(eval-)?clients-(sampled|replied|failed)|"
                         r"(eval-)?bytes-(down|up)(-total)?|bytes-total)$")
 
 
 def _kind(key: str) -> str:
     """'fraction' (an accuracy: in [0, 1]), 'seconds' (finite, >= 0), 'count' (a whole number
-    >= 0, not a bool) or 'number' (finite) for a key of a row or summary."""
+    >= 0, not a bool), 'cosine' (in [-1, 1]) or 'number' (finite) for a key of a row or
+    summary."""
     if COUNT_KEYS.match(key):
         return "count"
     if key in FRACTION_KEYS:
         return "fraction"
+    if key in COSINE_KEYS:
+        return "cosine"
     if key in SECONDS_KEYS:
         return "seconds"
     return "number"
@@ -89,6 +93,8 @@ def value_problem(key: str, value: Any) -> str | None:
         return f"{value!r}, not an accuracy in [0, 1]"
     if kind == "seconds" and value < 0:
         return f"{value!r}, not a time >= 0"
+    if kind == "cosine" and not -1 <= value <= 1:
+        return f"{value!r}, not a cosine in [-1, 1]"
     return None
 
 

@@ -36,7 +36,7 @@ from methods import untested_combinations
 from models.evaluation import evaluate
 from models.wire import state_view
 from reporting.code_version import code_version
-from reporting.metrics import ema_update, run_summary
+from reporting.metrics import ema_update, momentum_terms, run_summary
 from reporting.plots import plot_run
 from reporting.results_file import RESULTS
 from reporting.results_file import read_results as read_checked_results
@@ -341,7 +341,8 @@ class RunRecorder:
     def summary(self) -> dict[str, Any]:
         out = run_summary(self.rows, acc_at_rounds=acc_at_rounds(self.cfg),
                           target_accs=target_accs(self.cfg),
-                          total_rounds=self.cfg["num-server-rounds"], metric=self.metric)
+                          total_rounds=self.cfg["num-server-rounds"], metric=self.metric,
+                          momentum=momentum_terms(self.cfg))
         out["wall-seconds"] = self.wall_seconds()
         out["complete"] = self.complete
         return out

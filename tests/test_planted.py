@@ -328,8 +328,9 @@ def test_a_code_version_read_back_is_a_commit_a_flag_and_hashes(version, refused
 
 CELLS_HEAD = ("setting,method,seed,status,rounds,last10-acc,final-test-acc,final-ema-acc,"
               "acc-at-100,rounds-to-60,bytes-down-total,bytes-up-total,bytes-total,"
-              "train-seconds,wall-seconds,step-ratio,code-version")
-CELLS_ROW = f"a,FedAvg,0,complete,200,0.7,0.71,0.69,0.6,80,10,20,30,5.5,60.0,1.5,{HEX40}"
+              "train-seconds,wall-seconds,step-ratio,momentum-cos,momentum-ratio,code-version")
+CELLS_ROW = (f"a,FedAvg,0,complete,200,0.7,0.71,0.69,0.6,80,10,20,30,5.5,60.0,1.5,-0.4,0.9,"
+             f"{HEX40}")
 CELLS_CASES = {  # (the file's text, or what replaces one field: what the refusal says)
     "accuracy-above-1": ({"last10-acc": "1.5"}, r"last10-acc is 1.5, not an accuracy"),
     "accuracy-nan": ({"final-test-acc": "nan"}, r"final-test-acc is nan, not a finite"),
@@ -337,6 +338,7 @@ CELLS_CASES = {  # (the file's text, or what replaces one field: what the refusa
     "ema-above-1": ({"acc-at-100": "7"}, r"acc-at-100 is 7.0, not an accuracy"),
     "time-negative": ({"wall-seconds": "-1"}, r"wall-seconds is -1.0, not a time >= 0"),
     "ratio-inf": ({"step-ratio": "inf"}, r"step-ratio is inf, not a finite number"),
+    "cos-above-1": ({"momentum-cos": "1.5"}, r"momentum-cos is 1.5, not a cosine in \[-1, 1\]"),
     "rounds-half": ({"rounds": "2.5"}, r"rounds is '2.5', not a whole number"),
     "rounds-to-soon": ({"rounds-to-60": "soon"}, r"rounds-to-60 is 'soon', not a whole"),
     "rounds-to-empty": ({"rounds-to-60": ""}, r"rounds-to-60 is empty"),
@@ -347,6 +349,9 @@ CELLS_CASES = {  # (the file's text, or what replaces one field: what the refusa
     "version-upper": ({"code-version": HEX40.upper()}, r"is no version label"),
     "header-changed": (CELLS_HEAD.replace("last10-acc", "best-acc") + "\n" + CELLS_ROW,
                        r"line 1 is not the header of a cells file"),
+    "header-one-added-column": (CELLS_HEAD.replace("momentum-ratio,", "") + "\n"
+                                + CELLS_ROW.replace("0.9,", ""),
+                                r"line 1 is not the header of a cells file"),
     "header-round-text": (CELLS_HEAD.replace("acc-at-100", "acc-at-x") + "\n" + CELLS_ROW,
                           r"column acc-at-x names no round"),
     "row-short": (CELLS_HEAD + "\n" + CELLS_ROW.rsplit(",", 1)[0],
@@ -382,6 +387,23 @@ def test_a_cells_csv_read_back_is_refused_at_its_bad_field(tmp_path, case):
         read_cells_csv(path)
     if case != "not-utf8":
         assert str(path) in str(err.value) and "write it again" in str(err.value)
+
+
+def test_a_cells_csv_written_before_the_momentum_columns_reads_them_as_empty(tmp_path):
+    """A committed file of an older page (no momentum-cos, momentum-ratio) still reads: both
+    empty, every other field as written."""
+    from reporting.cells import read_cells_csv
+
+    path = tmp_path / "older.csv"
+    path.write_text(CELLS_HEAD.replace(",momentum-cos,momentum-ratio", "") + "\n"
+                    + CELLS_ROW.replace(",-0.4,0.9", "") + "\n")
+    (cell,), _, _ = read_cells_csv(path)
+    assert cell["summary"]["momentum-cos"] is None and cell["summary"]["momentum-ratio"] is None
+    assert cell["summary"]["step-ratio"] == 1.5 and cell["code-version"] == HEX40
+    good = tmp_path / "good.csv"
+    good.write_text(CELLS_HEAD + "\n" + CELLS_ROW + "\n")
+    (cell,), _, _ = read_cells_csv(good)
+    assert (cell["summary"]["momentum-cos"], cell["summary"]["momentum-ratio"]) == (-0.4, 0.9)
 
 
 def test_a_cells_csv_that_is_a_link_is_not_followed(tmp_path):

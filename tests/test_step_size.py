@@ -4,6 +4,7 @@ round's row: against a hand computation of the norms, and against what the rules
 look-ahead of round t+1 is lambda times the step of round t, theta^{t+1} - theta^t = m^t)."""
 
 import json
+import statistics
 import math
 
 import pytest
@@ -71,3 +72,88 @@ def test_fedacg_looks_ahead_by_lambda_times_its_last_step(tmp_path):
     assert all(math.isfinite(r["train-client-update-norm"]) for r in rows)
     assert rows[-1]["train-server-step-norm"] != pytest.approx(
         rows[-1]["train-client-update-norm"], rel=1e-3)
+
+
+def _momentum_rows(lam: float, eta: float, updates: list[torch.Tensor]):
+    """The momentum rule run on given mean updates d^t, in float64: its rows (the norms the app
+    records) and, computed from the vectors themselves, cos(lam m^t, eta d^t) and
+    ||lam m^t|| / ||eta d^t|| of every round whose m^t is not 0."""
+    m = torch.zeros_like(updates[0])
+    rows, cosines, ratios = [{"round": 0}], [], []
+    for t, d in enumerate(updates, 1):
+        term = lam * m
+        if term.norm() > 0:
+            cosines.append(float(term @ (eta * d) / (term.norm() * (eta * d).norm())))
+            ratios.append(float(term.norm() / (eta * d).norm()))
+        m = lam * m + eta * d  # the step theta^{t+1} - theta^t
+        rows.append({"round": t, "train-server-step-norm": float(m.norm()),
+                     "train-client-update-norm": float(d.norm())})
+    return rows, cosines, ratios
+
+
+def test_the_momentum_alignment_splits_the_step_as_the_vectors_do():
+    """reporting.metrics.momentum_alignment, from the norms alone, against the cosines and
+    lengths computed from the vectors: clients that pull back against the momentum (each d
+    partly undoes the last step), and clients that go on with it."""
+    from reporting.metrics import momentum_alignment
+
+    gen = torch.Generator().manual_seed(0)
+    for pull in (-0.6, 0.5):
+        updates, last = [], torch.zeros(50, dtype=torch.float64)
+        for _ in range(9):
+            d = torch.randn(50, generator=gen, dtype=torch.float64) + pull * last
+            updates.append(d)
+            last = d
+        rows, cosines, ratios = _momentum_rows(0.85, 0.7, updates)
+        cos, ratio = momentum_alignment(rows, 0.85, 0.7)
+        assert cos == pytest.approx(statistics.median(cosines), abs=1e-9)
+        assert ratio == pytest.approx(statistics.median(ratios), rel=1e-9)
+        assert (cos < 0) == (pull < 0)  # the sign follows the clients' pull
+
+
+def test_the_momentum_alignment_counts_a_round_only_after_one_that_aggregated():
+    from reporting.metrics import momentum_alignment
+
+    gen = torch.Generator().manual_seed(1)
+    updates = [torch.randn(20, generator=gen, dtype=torch.float64) for _ in range(5)]
+    rows, cosines, _ = _momentum_rows(0.5, 1.0, updates)
+    # round 3's reply norm missing (a robust rule, say): rounds 3 and 4 are left out
+    del rows[3]["train-client-update-norm"]
+    cos, _ = momentum_alignment(rows, 0.5, 1.0)
+    kept = [cosines[0], cosines[3]]  # rounds 2 and 5 (round 1 has m = 0)
+    assert cos == pytest.approx(statistics.median(kept), abs=1e-9)
+    assert momentum_alignment(rows[:2], 0.5, 1.0) == (None, None)  # round 1 alone: m = 0
+    rows, cosines, _ = _momentum_rows(0.5, 1.0, updates)
+    del rows[3]  # no row of round 3: round 4's m is not round 2's step
+    cos, _ = momentum_alignment(rows, 0.5, 1.0)
+    assert cos == pytest.approx(statistics.median([cosines[0], cosines[3]]), abs=1e-9)
+
+
+@pytest.mark.parametrize("method, extra, terms", [
+    ("fedavgm", {"lam": 0.7}, (0.7, 1.0)),
+    ("fedacg", {}, (0.85, 1.0)),
+    ("fedagm", {"eta": 0.5}, (0.85, 0.5)),
+    ("fedavg", {}, None),  # lambda 0: no momentum term
+    ("fedacg+gcfed", {}, None),  # global GC changes d after its norm was taken
+    ("fedacg", {"global-gc": "all"}, None),
+    ("fedadam-fedacg", {}, None),  # another rule
+])
+def test_the_momentum_terms_are_given_only_where_the_step_is_lambda_m_plus_eta_d(
+        method, extra, terms):
+    from reporting.metrics import momentum_terms
+    from run_config import resolve
+
+    assert momentum_terms(resolve({"method": method, **extra})) == terms
+
+
+def test_a_fedacg_run_summarises_its_momentum_and_fedavg_has_none(tmp_path):
+    rows = _rows(tmp_path / "acg", "fedacg", lam=0.85)
+    summary = json.loads((tmp_path / "acg" / "run" / "results.json").read_text())["summary"]
+    from reporting.metrics import momentum_alignment
+
+    assert summary["momentum-cos"] is not None and -1 <= summary["momentum-cos"] <= 1
+    assert (summary["momentum-cos"], summary["momentum-ratio"]) == momentum_alignment(
+        [{"round": 0}] + rows, 0.85, 1.0)
+    _rows(tmp_path / "avg", "fedavg")
+    summary = json.loads((tmp_path / "avg" / "run" / "results.json").read_text())["summary"]
+    assert summary["momentum-cos"] is None and summary["momentum-ratio"] is None

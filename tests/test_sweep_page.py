@@ -20,13 +20,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def finish(cell, accs: list[float], wall: float = 60.0, commit: str = COMMIT,
-           diverged: bool = False) -> None:
+           diverged: bool = False, norms: dict[int, dict] | None = None) -> None:
     """A finished cell's results.json and sweep-cell.json, as a run writes them: test accuracy
-    `accs[r-1]` after round r, its EMA as the run computes it."""
+    `accs[r-1]` after round r, its EMA as the run computes it (and round r's `norms[r]`)."""
     ema, rows = None, [{"round": 0, "test-acc": 0.1}]
     for r, acc in enumerate(accs, 1):
         ema = acc if ema is None else 0.9 * ema + 0.1 * acc
-        rows.append({"round": r, "test-acc": acc, "ema-acc": ema, "seconds": 1.0})
+        rows.append({"round": r, "test-acc": acc, "ema-acc": ema, "seconds": 1.0,
+                     **(norms or {}).get(r, {})})
     cell.run_dir.mkdir(parents=True, exist_ok=True)
     from run_config import resolve
 
@@ -227,9 +228,10 @@ def test_the_sweep_leaves_out_the_cells_a_csv_holds_on_their_code_only(tmp_path,
 
 # --- the momentum grid ------------------------------------------------------------------------
 
-def _cell(setting, method, seed, ema, diverged=False, ratio=None):
+def _cell(setting, method, seed, ema, diverged=False, ratio=None, cos=None, term=None):
     return {"setting": setting, "method": method, "seed": seed,
-            "summary": {"final-ema-acc": ema, "diverged": diverged, "step-ratio": ratio}}
+            "summary": {"final-ema-acc": ema, "diverged": diverged, "step-ratio": ratio,
+                        "momentum-cos": cos, "momentum-ratio": term}}
 
 
 def test_the_grid_pairs_each_gain_by_seed_and_counts_diverged_seeds_apart():
@@ -241,8 +243,8 @@ def test_the_grid_pairs_each_gain_by_seed_and_counts_diverged_seeds_apart():
 
     cells = [_cell("a", "FedAvg", 0, 0.5), _cell("a", "FedAvg", 1, 0.6),
              _cell("a", "FedAvg", 2, 0.7), _cell("a", "M 0.5", 0, 0.55),
-             _cell("a", "M 0.5", 1, 0.5, ratio=2.0),
-             _cell("a", "M 0.5", 2, 0.1, diverged=True, ratio=3.0),
+             _cell("a", "M 0.5", 1, 0.5, ratio=2.0, cos=-0.5, term=0.5),
+             _cell("a", "M 0.5", 2, 0.1, diverged=True, ratio=3.0, cos=0.1, term=1.5),
              _cell("a", "M 0.9", 2, 0.9), _cell("b", "FedAvg", 0, 0.4),
              _cell("b", "M 0.5", 0, 0.3), _cell("b", "M 0.5", 1, 0.9),
              _cell("b", "FedAvg", 2, 0.5, diverged=True), _cell("b", "M 0.9", 2, 0.6)]
@@ -256,6 +258,8 @@ def test_the_grid_pairs_each_gain_by_seed_and_counts_diverged_seeds_apart():
     assert grid.diverged["M"][0.5] == {"a": (1, 3), "b": (0, 2)}
     assert grid.diverged["M"][0.9] == {"a": (0, 1), "b": (0, 1)}
     assert grid.ratio["M"][0.5] == {"a": 2.5, "b": None}  # (a diverged seed's ratio counts)
+    assert grid.cos["M"][0.5]["a"] == pytest.approx(-0.2) and grid.cos["M"][0.5]["b"] is None
+    assert grid.term["M"][0.5]["a"] == pytest.approx(1.0) and grid.term["M"][0.9]["a"] is None
 
 
 def test_the_grid_counts_a_seed_at_chance_as_collapsed_and_still_pairs_its_gain():
@@ -290,7 +294,14 @@ def test_the_grid_page_draws_its_heatmaps_from_the_cells(tmp_path):
     for cell in sweep.cells:
         if cell.seed == 0 and cell.setting == "5of100-mom0.9" and cell.method in (
                 "FedAvg", "FedACG lam 0.85"):
-            finish(cell, [0.5 if cell.method == "FedAvg" else 0.6] * 3)
+            # by hand: round 2's momentum term is 0.85 * round 1's step (1), its update 1 and
+            # its step^2 0.85^2 + 1 + 2 * 0.85 * 1 * (-0.5): cos -0.5, the term 0.85x the
+            # update; round 3 holds no update norm (not counted)
+            norms = {1: {"train-server-step-norm": 1.0, "train-client-update-norm": 1.0},
+                     2: {"train-server-step-norm": (0.85**2 + 1 - 0.85) ** 0.5,
+                         "train-client-update-norm": 1.0},
+                     3: {"train-server-step-norm": 2.0}}
+            finish(cell, [0.5 if cell.method == "FedAvg" else 0.6] * 3, norms=norms)
         if cell.seed < 2 and cell.setting == "5of100-mom0" and cell.method == "FedAvgM lam 0.95":
             finish(cell, [0.3, 0.1], diverged=True)  # every seed run diverged: an entry
     docs = tmp_path / "docs"
@@ -307,9 +318,14 @@ def test_the_grid_page_draws_its_heatmaps_from_the_cells(tmp_path):
         "docs/momentum-grid.md", "5of100-mom0/FedAvgM lam 0.95", 2, 2)
     assert (entry["config"]["lam"], entry["config"]["local-momentum"]) == (0.95, 0.0)
     for name in ("momentum-grid-gain.png", "momentum-grid-diverged.png",
-                 "momentum-grid-step.png"):
+                 "momentum-grid-step.png", "momentum-grid-cos.png"):
         assert (docs / name).read_bytes().startswith(b"\x89PNG")
     assert "| FedACG lam 0.85 | 60.00 |" in text
+    with open(docs / "momentum-grid-cells.csv", newline="") as f:
+        written = {row["method"]: row for row in csv.DictReader(f)}
+    assert float(written["FedACG lam 0.85"]["momentum-cos"]) == pytest.approx(-0.5)
+    assert float(written["FedACG lam 0.85"]["momentum-ratio"]) == pytest.approx(0.85)
+    assert written["FedAvg"]["momentum-cos"] == written["FedAvg"]["momentum-ratio"] == ""
 
 
 @pytest.mark.parametrize("flag, stem, block, cells, changed", [
