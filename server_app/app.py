@@ -285,8 +285,13 @@ def done_line(summary: dict, run_dir: Path) -> str:
     metric = summary.get("metric", "test-acc")  # fed-acc: no server test set
     at = ", ".join(f"{r}: {pct(v)}" for r, v in summary["acc-at-round"].items())
     to = ", ".join(f"{t}%: {v}" for t, v in summary["rounds-to-acc"].items())
+    momentum = ""  # a server-momentum run: its step, and its momentum term against the update
+    if None not in (summary.get("momentum-cos"), summary.get("momentum-ratio"),
+                    summary.get("step-ratio")):
+        momentum = (f" | server step {summary['step-ratio']:.2f}x the clients' update, momentum"
+                    f" {summary['momentum-ratio']:.2f}x at cos {summary['momentum-cos']:+.2f}")
     return (f"Done: {summary['rounds']} rounds in {console.duration(summary['wall-seconds'])} | "
             f"{metric} {pct(summary.get('final-' + metric))}, "
             f"ema-acc {pct(summary['final-ema-acc'])}"
-            f" | EMA at rounds {at} | rounds to {to} | {summary['bytes-total'] / 1e6:.1f} MB sent"
-            f" | {run_dir}")
+            f" | EMA at rounds {at} | rounds to {to}{momentum}"
+            f" | {summary['bytes-total'] / 1e6:.1f} MB sent | {run_dir}")

@@ -154,6 +154,10 @@ def test_a_fedacg_run_summarises_its_momentum_and_fedavg_has_none(tmp_path):
     assert summary["momentum-cos"] is not None and -1 <= summary["momentum-cos"] <= 1
     assert (summary["momentum-cos"], summary["momentum-ratio"]) == momentum_alignment(
         [{"round": 0}] + rows, 0.85, 1.0)
+    line = server.done_line(summary, tmp_path)
+    assert (f"| server step {summary['step-ratio']:.2f}x the clients' update, momentum "
+            f"{summary['momentum-ratio']:.2f}x at cos {summary['momentum-cos']:+.2f} |") in line
     _rows(tmp_path / "avg", "fedavg")
     summary = json.loads((tmp_path / "avg" / "run" / "results.json").read_text())["summary"]
     assert summary["momentum-cos"] is None and summary["momentum-ratio"] is None
+    assert "server step" not in server.done_line(summary, tmp_path)
