@@ -77,7 +77,8 @@ def heatmaps(sweep, cells: list, docs: Path) -> str:
             "it, and under it the term's length against the update's "
             "(`momentum-cos`, `momentum-ratio`: "
             "[docs/results.md](results.md#the-servers-step-and-its-momentum); mean over seeds). "
-            "FedACG + GC-Fed has none: its global GC changes d after d's norm was recorded, so "
+            "FedACG + GC-Fed has no panel there: its global GC changes d after d's norm was "
+            "recorded, so "
             "the recorded norms do not split its step.")
 
 

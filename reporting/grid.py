@@ -91,12 +91,15 @@ def plot_grid(grid: Grid, path: Path, what: str, title: str = "") -> Path:
     'diverged' (the share of seeds that diverged, k/n written), 'ratio' (the mean step-ratio:
     the server's step against the clients' mean update) or 'cos' (the mean momentum-cos, blue
     where the clients' update goes with the server's momentum term, red against it, the
-    term's length against the update written under it)."""
+    term's length against the update written under it; only the families that have it)."""
     from matplotlib.figure import Figure
 
     families = list(grid.values)
+    if what == "cos":  # a family whose step does not split (global GC) has no panel
+        families = [f for f in families if any(
+            q is not None for per in grid.cos[f].values() for q in per.values())] or families
     fig = Figure(figsize=(3.2 * len(families) + 1.2, 0.55 * max(
-        len(v) for v in grid.values.values()) + 1.6), dpi=100)
+        len(grid.values[f]) for f in families) + 1.6), dpi=100)
     axes = fig.subplots(1, len(families), squeeze=False)[0]
     for ax, family in zip(axes, families):
         values = grid.values[family]
