@@ -310,7 +310,7 @@ def test_the_grid_page_draws_its_heatmaps_from_the_cells(tmp_path):
         "<!-- example:momentum-grid -->\n<!-- /example:momentum-grid -->\n")
     assert main(["--out-dir", str(tmp_path / "out"), "--docs", str(docs)]) == 0
     text = (docs / "momentum-grid.md").read_text()
-    assert "![final EMA gain over FedAvg" in text and "4 of its 144 cells" in text
+    assert "![final EMA gain over FedAvg" in text and "4 of its 156 cells" in text
     from run_config.collapses import load
 
     (entry,) = load(docs / "collapses.json")  # (beside a page built outside docs/)
@@ -363,7 +363,7 @@ def test_every_shipped_sweep_loads_and_every_cell_resolves():
     from run_config import resolve
 
     counts = {"fedacg-t1-fmnist": 84, "fedacg-t1-fmnist-cnn": 12, "fedagm-t6-fmnist": 24,
-              "momentum-grid-fmnist": 144, "gcfed-t5-fmnist": 114}
+              "momentum-grid-fmnist": 156, "gcfed-t5-fmnist": 114}
     files = sorted((Path(__file__).resolve().parents[1] / "sweeps").glob("*.yaml"))
     assert len(files) >= 12
     for path in files:
