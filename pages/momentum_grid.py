@@ -7,12 +7,12 @@ Fashion-MNIST), from `sweeps/momentum-grid-fmnist.yaml`.
     python -m pages.momentum_grid --merge --out-dir D         # the committed cells and D's
     python -m pages.momentum_grid --from-csv                  # from docs/momentum-grid-cells.csv
 
-The block holds four heatmaps (`reporting.grid`: the mean final EMA gain over FedAvg, paired
-by seed, the share of seeds that collapsed (diverged or ended at chance), the server's step
-against the clients' update, and the server's momentum term against the clients' update, for
-each family and lambda against each column), then the
-per-column tables; where its numbers come from and how it is written:
-`pages.sweep_page`.
+The block holds the per-column tables, then four heatmaps (`reporting.grid`: the mean final
+EMA gain over FedAvg, paired by seed, the share of seeds that collapsed (diverged or ended at
+chance), the server's step against the clients' update, and the server's momentum term against
+the clients' update, for each family and lambda against each column), then each column's
+gains over FedAvg seed by seed (`reporting.grid.seed_table`); where its numbers come from and
+how it is written: `pages.sweep_page`.
 """
 
 from __future__ import annotations
@@ -79,7 +79,34 @@ def heatmaps(sweep, cells: list, docs: Path) -> str:
             "[docs/results.md](results.md#the-servers-step-and-its-momentum); mean over seeds). "
             "FedACG + GC-Fed has no panel there: its global GC changes d after d's norm was "
             "recorded, so "
-            "the recorded norms do not split its step.")
+            "the recorded norms do not split its step." + by_seed(sweep, cells))
+
+
+def by_seed(sweep, cells: list) -> str:
+    """Per column that has run, its gains over FedAvg seed by seed (`reporting.grid`)."""
+    from reporting.grid import seed_table
+    from reporting.table import md_text
+    from run_config.collapses import collapsed
+
+    seeds = sorted({c.seed for c in sweep.cells})
+    parts = []
+    for setting in sweep.settings:
+        if not any(c["setting"] == setting for c in cells):
+            continue
+        methods = list(dict.fromkeys(c.method for c in sweep.cells
+                                     if c.setting == setting and c.method != BASELINE))
+        table = seed_table(cells, methods, BASELINE, setting, seeds,
+                           collapsed=lambda summary: collapsed(summary, CLASSES))
+        parts.append(f"#### {md_text(setting)}\n\n{table}")
+    if not parts:
+        return ""
+    return ("\n\n### Seed by seed\n\n"
+            "Each row's final EMA test accuracy minus FedAvg's in the same column and seed "
+            "(points; FedAvg's own in the first row), with the server's step against the "
+            "clients' update in brackets (the median over rounds, as in the third map); "
+            "'at chance' by the rule above, '-' where a seed has not run. The last column "
+            "says on how many of the seeds run the row ends ahead of FedAvg.\n\n"
+            + "\n\n".join(parts))
 
 
 def explain(rounds: list[int]) -> str:

@@ -3,7 +3,7 @@ FedAvgM, FedACG) and each value of its knob (server momentum lambda), per column
 mean over seeds of the final EMA's gain over the baseline row of the same column and seed, the
 share of seeds that collapsed (diverged; with `collapsed`, also ended at chance), the server's
 step against the clients' update and its momentum term against that update; drawn as heatmaps
-by `plot_grid`.
+by `plot_grid`. `seed_table` writes one column's gains seed by seed, unaveraged.
 
 A gain is paired by seed (a seed is the same split, client sampling and initial model in every
 row), over the seeds where both the cell and the baseline completed; a diverged cell counts in
@@ -151,3 +151,53 @@ def plot_grid(grid: Grid, path: Path, what: str, title: str = "") -> Path:
     fig.tight_layout()
     write_atomic(Path(path), lambda f: fig.savefig(f, format="png"))
     return Path(path)
+
+
+def seed_table(cells: Sequence[dict[str, Any]], methods: Sequence[str], baseline: str,
+               column: str, seeds: Sequence[int],
+               collapsed: Callable[[dict[str, Any]], bool] | None = None) -> str:
+    """The Markdown table of one column, seed by seed: a first row with the baseline's final
+    EMA (%), then for each of `methods` each seed's final EMA minus the baseline's on that seed
+    (points), with its step-ratio in brackets ('(0.97x)') where it has one; 'diverged' where
+    the cell diverged, ', at chance' after it where `collapsed` takes a cell that did not
+    diverge, '-' where the seed or its baseline has not run (or the baseline diverged); last,
+    on how many of the seeds where both ran the row ends ahead of the baseline (a gain above
+    0; a diverged cell is behind a baseline that completed)."""
+    mine = {(c["method"], c["seed"]): c["summary"] for c in cells if c["setting"] == column}
+
+    def ema(summary: dict[str, Any] | None) -> float | None:
+        if not summary or summary.get("diverged"):
+            return None
+        return summary.get("final-ema-acc")
+
+    head = ["row", *(f"seed {s}" for s in seeds), "ahead on"]
+    first = [f"{baseline} (its final EMA, %)"]
+    for s in seeds:
+        b = mine.get((baseline, s))
+        first.append("diverged" if b and b.get("diverged") else
+                     "-" if ema(b) is None else f"{100 * ema(b):.2f}")
+    rows = [first + [""]]
+    for method in methods:
+        row, ahead, paired = [method], 0, 0
+        for s in seeds:
+            summary, base = mine.get((method, s)), ema(mine.get((baseline, s)))
+            if summary and summary.get("diverged"):
+                row.append("diverged")
+                paired += base is not None  # behind a baseline that completed
+                continue
+            if ema(summary) is None or base is None:
+                row.append("-")
+                continue
+            gain = 100 * (ema(summary) - base)
+            paired += 1
+            ahead += gain > 0
+            text = f"{gain:+.2f}"
+            if summary.get("step-ratio") is not None:
+                text += f" ({summary['step-ratio']:.2f}x)"
+            if collapsed is not None and collapsed(summary):
+                text += ", at chance"
+            row.append(text)
+        rows.append(row + [f"{ahead} of {paired} seeds" if paired else "-"])
+    lines = ["| " + " | ".join(head) + " |", "| " + " | ".join(["---"] * len(head)) + " |"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)

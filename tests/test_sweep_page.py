@@ -281,6 +281,30 @@ def test_the_grid_counts_a_seed_at_chance_as_collapsed_and_still_pairs_its_gain(
     assert knob_grid(cells, rows, "FedAvg", ["a"]).diverged["M"][0.95] == {"a": (1, 2)}
 
 
+def test_the_grid_seed_table_gives_each_seeds_gain_over_the_baseline_of_its_seed():
+    """By hand, column a: FedAvg 0.50 / 0.60 / diverged; M 0.55 at step 0.97 -> +5.00
+    (0.97x); M's seed 1 at 0.10, at chance -> -50.00; M's seed 2 has no baseline -> '-', so M
+    is ahead on 1 of 2 seeds; N diverged on seed 0 (behind a baseline that completed) and has
+    not run seed 1 -> 0 of 1. Column b's cells are not in column a's table."""
+    from reporting.grid import seed_table
+    from run_config.collapses import collapsed
+
+    cells = [_cell("a", "FedAvg", 0, 0.5), _cell("a", "FedAvg", 1, 0.6),
+             _cell("a", "FedAvg", 2, 0.7, diverged=True), _cell("a", "M", 0, 0.55, ratio=0.97),
+             _cell("a", "M", 1, 0.1), _cell("a", "M", 2, 0.9), _cell("a", "N", 0, 0.2,
+                                                                      diverged=True),
+             _cell("b", "FedAvg", 0, 0.9), _cell("b", "N", 1, 0.9)]
+    for c in cells:
+        c["summary"]["last10-acc"] = c["summary"]["final-ema-acc"]
+    table = seed_table(cells, ["M", "N"], "FedAvg", "a", [0, 1, 2],
+                       collapsed=lambda s: collapsed(s, 10)).splitlines()
+    assert table[0] == "| row | seed 0 | seed 1 | seed 2 | ahead on |"
+    assert table[2] == "| FedAvg (its final EMA, %) | 50.00 | 60.00 | diverged |  |"
+    assert table[3] == "| M | +5.00 (0.97x) | -50.00, at chance | - | 1 of 2 seeds |"
+    assert table[4] == "| N | diverged | - | - | 0 of 1 seeds |"
+    assert len(table) == 5
+
+
 def test_the_grid_page_draws_its_heatmaps_from_the_cells(tmp_path):
     from experiments.sweep import load_sweep
     from pages.momentum_grid import GRID, main, rows_of
@@ -321,6 +345,9 @@ def test_the_grid_page_draws_its_heatmaps_from_the_cells(tmp_path):
                  "momentum-grid-step.png", "momentum-grid-cos.png"):
         assert (docs / name).read_bytes().startswith(b"\x89PNG")
     assert "| FedACG lam 0.85 | 60.00 |" in text
+    # seed by seed: 0.60 against FedAvg's 0.50 on seed 0, the other seeds not run
+    assert "| FedAvg (its final EMA, %) | 50.00 | - | - |  |" in text
+    assert "| FedACG lam 0.85 | +10.00 (0.97x) | - | - | 1 of 1 seeds |" in text
     with open(docs / "momentum-grid-cells.csv", newline="") as f:
         written = {row["method"]: row for row in csv.DictReader(f)}
     assert float(written["FedACG lam 0.85"]["momentum-cos"]) == pytest.approx(-0.5)
