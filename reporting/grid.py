@@ -163,6 +163,8 @@ def seed_table(cells: Sequence[dict[str, Any]], methods: Sequence[str], baseline
     diverge, '-' where the seed or its baseline has not run (or the baseline diverged); last,
     on how many of the seeds where both ran the row ends ahead of the baseline (a gain above
     0; a diverged cell is behind a baseline that completed)."""
+    from reporting.table import md_text  # (names come from a sweep file: text, not Markdown)
+
     mine = {(c["method"], c["seed"]): c["summary"] for c in cells if c["setting"] == column}
 
     def ema(summary: dict[str, Any] | None) -> float | None:
@@ -171,14 +173,14 @@ def seed_table(cells: Sequence[dict[str, Any]], methods: Sequence[str], baseline
         return summary.get("final-ema-acc")
 
     head = ["row", *(f"seed {s}" for s in seeds), "ahead on"]
-    first = [f"{baseline} (its final EMA, %)"]
+    first = [f"{md_text(baseline)} (its final EMA, %)"]
     for s in seeds:
         b = mine.get((baseline, s))
         first.append("diverged" if b and b.get("diverged") else
                      "-" if ema(b) is None else f"{100 * ema(b):.2f}")
     rows = [first + [""]]
     for method in methods:
-        row, ahead, paired = [method], 0, 0
+        row, ahead, paired = [md_text(method)], 0, 0
         for s in seeds:
             summary, base = mine.get((method, s)), ema(mine.get((baseline, s)))
             if summary and summary.get("diverged"):

@@ -303,6 +303,10 @@ def test_the_grid_seed_table_gives_each_seeds_gain_over_the_baseline_of_its_seed
     assert table[3] == "| M | +5.00 (0.97x) | -50.00, at chance | - | 1 of 2 seeds |"
     assert table[4] == "| N | diverged | - | - | 0 of 1 seeds |"
     assert len(table) == 5
+    # a name from a sweep file is text: its '|' does not open a cell
+    cells += [_cell("a", "P|Q", 0, 0.6)]
+    assert seed_table(cells, ["P|Q"], "FedAvg", "a", [0]).splitlines()[-1] == (
+        "| P\\|Q | +10.00 | 1 of 1 seeds |")
 
 
 def test_the_grid_page_draws_its_heatmaps_from_the_cells(tmp_path):
