@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from fileio.atomic import write_atomic
+from reporting.table import md_text  # (seed_table: names from a sweep file are text)
 
 
 @dataclass
@@ -163,8 +164,6 @@ def seed_table(cells: Sequence[dict[str, Any]], methods: Sequence[str], baseline
     diverge, '-' where the seed or its baseline has not run (or the baseline diverged); last,
     on how many of the seeds where both ran the row ends ahead of the baseline (a gain above
     0; a diverged cell is behind a baseline that completed)."""
-    from reporting.table import md_text  # (names come from a sweep file: text, not Markdown)
-
     mine = {(c["method"], c["seed"]): c["summary"] for c in cells if c["setting"] == column}
 
     def ema(summary: dict[str, Any] | None) -> float | None:
