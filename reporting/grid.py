@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from fileio.atomic import write_atomic
-from reporting.table import md_text  # (seed_table: names from a sweep file are text)
+from reporting.table import markdown
 
 
 @dataclass
@@ -172,14 +172,14 @@ def seed_table(cells: Sequence[dict[str, Any]], methods: Sequence[str], baseline
         return summary.get("final-ema-acc")
 
     head = ["row", *(f"seed {s}" for s in seeds), "ahead on"]
-    first = [f"{md_text(baseline)} (its final EMA, %)"]
+    first = [f"{baseline} (its final EMA, %)"]
     for s in seeds:
         b = mine.get((baseline, s))
         first.append("diverged" if b and b.get("diverged") else
                      "-" if ema(b) is None else f"{100 * ema(b):.2f}")
     rows = [first + [""]]
     for method in methods:
-        row, ahead, paired = [md_text(method)], 0, 0
+        row, ahead, paired = [method], 0, 0
         for s in seeds:
             summary, base = mine.get((method, s)), ema(mine.get((baseline, s)))
             if summary and summary.get("diverged"):
@@ -199,6 +199,4 @@ def seed_table(cells: Sequence[dict[str, Any]], methods: Sequence[str], baseline
                 text += ", at chance"
             row.append(text)
         rows.append(row + [f"{ahead} of {paired} seeds" if paired else "-"])
-    lines = ["| " + " | ".join(head) + " |", "| " + " | ".join(["---"] * len(head)) + " |"]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)
+    return markdown(head, rows)  # (every cell escaped: names come from a sweep file)
