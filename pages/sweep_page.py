@@ -356,9 +356,9 @@ def _name(cell: Any) -> str:
 
 def _changed_by_sweep(setup: dict, cells: list) -> str:
     """What every cell of one setting runs other than its set-up says (its description is the
-    heading's): '; the sweep sets model cnn, num-server-rounds 60', '' when nothing. The
-    values the setting's cells share that differ from the set-up's run config (the run's
-    output keys aside) and its federation's size."""
+    heading's, so these are said as overriding it): '; the sweep overrides it with model cnn,
+    num-server-rounds 60', '' when nothing. The values the setting's cells share that differ
+    from the set-up's run config (the run's output keys aside) and its federation's size."""
     from run_config import KEYS_BY_NAME
     from run_config.coerce import coerce
 
@@ -373,7 +373,7 @@ def _changed_by_sweep(setup: dict, cells: list) -> str:
     if size is not None and size != setup["num-supernodes"] and all(
             c.federation_config.get("num-supernodes") == size for c in cells):
         changed.append(f"num-supernodes {size}")
-    return f"; the sweep sets {', '.join(changed)}" if changed else ""
+    return f"; the sweep overrides it with {', '.join(changed)}" if changed else ""
 
 
 def _columns(sweep) -> tuple[list[int], list[float]]:

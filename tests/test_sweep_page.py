@@ -361,7 +361,7 @@ def test_the_grid_page_draws_its_heatmaps_from_the_cells(tmp_path):
 
 @pytest.mark.parametrize("flag, stem, block, cells, changed", [
     ("--cnn", "fedacg-fmnist-cnn", "cnn-table", 12,
-     "MLP, 500 rounds; the sweep sets model cnn, num-server-rounds 60"),
+     "MLP, 500 rounds; the sweep overrides it with model cnn, num-server-rounds 60"),
     ("--fedagm", "fedagm-fmnist", "fedagm-table", 24, "MLP, 500 rounds")])
 def test_each_table_of_the_fedacg_page_writes_its_own_block_and_files(tmp_path, flag, stem,
                                                                       block, cells, changed):
